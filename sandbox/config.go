@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// ErrConfig is wrapped by every invalid Config.
+var ErrConfig = errors.New("sandbox: invalid config")
+
+// Config is the operator's sandbox configuration. Zero fields take the
+// defaults of DESIGN.md §3, filled in withDefaults.
+type Config struct {
+	// Owner identifies this worker in container labels (reaper ownership).
+	Owner string
+	// InitPath is the host path of the static paddock-init binary.
+	InitPath string
+	// Runtime is the OCI runtime ("" = engine default, e.g. runc; "runsc").
+	Runtime string
+	// User the command runs as (default "1000:1000").
+	User string
+	// NoFile and FsizeBytes are the nofile and fsize ulimits.
+	NoFile     int64
+	FsizeBytes int64
+	// OutputKillBytes kills a command whose combined output passes it
+	// (reason output_cap); the kept output is Command.OutputBytes.
+	OutputKillBytes int64
+	// PoolSize is the number of warm containers kept per profile in use
+	// (0 = 2; negative disables pooling).
+	PoolSize int
+	// PoolMax caps warm containers across all profiles (default 8).
+	PoolMax int
+	// PoolIdleTTL retires warm containers and profiles unused this long (default 5 min).
+	PoolIdleTTL time.Duration
+	// StartTimeout bounds a container's create+start+hello (default 60 s).
+	StartTimeout time.Duration
+	// RemoveWorkers bounds concurrent background removals (default 2).
+	RemoveWorkers int
+	// ReapInterval is the reaper period (default 15 s); ReapGrace is the
+	// age below which an untracked container of this owner is left alone.
+	ReapInterval time.Duration
+	ReapGrace    time.Duration
+	Logger       *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Owner == "" {
+		h, _ := os.Hostname()
+		c.Owner = h + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.InitPath == "" {
+		c.InitPath = DefaultInitPath()
+	}
+	if c.User == "" {
+		c.User = "1000:1000"
+	}
+	if c.NoFile == 0 {
+		c.NoFile = 1024
+	}
+	if c.FsizeBytes == 0 {
+		c.FsizeBytes = 256 << 20
+	}
+	if c.OutputKillBytes == 0 {
+		c.OutputKillBytes = 256 << 20
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = 2
+	}
+	if c.PoolMax == 0 {
+		c.PoolMax = 8
+	}
+	if c.PoolIdleTTL == 0 {
+		c.PoolIdleTTL = 5 * time.Minute
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.RemoveWorkers == 0 {
+		c.RemoveWorkers = 2
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = 15 * time.Second
+	}
+	if c.ReapGrace == 0 {
+		c.ReapGrace = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("component", "sandbox")
+	if !filepath.IsAbs(c.InitPath) {
+		return c, fmt.Errorf("%w: init path %q must be absolute", ErrConfig, c.InitPath)
+	}
+	st, err := os.Stat(c.InitPath)
+	if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return c, fmt.Errorf("%w: init binary %s is missing or not executable (build it with `make build`, or set --init-path / PADDOCK_INIT_PATH)", ErrConfig, c.InitPath)
+	}
+	return c, nil
+}
+
+// DefaultInitPath is the first existing of: $PADDOCK_INIT_PATH, a
+// paddock-init next to the running executable, /usr/local/lib/paddock/paddock-init.
+func DefaultInitPath() string {
+	if p := os.Getenv("PADDOCK_INIT_PATH"); p != "" {
+		return p
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "paddock-init")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "/usr/local/lib/paddock/paddock-init"
+}
+
+// Profile is what makes two containers interchangeable: the image and the
+// container-level limits. Commands, env and timeouts are per command.
+type Profile struct {
+	Image    string
+	MemoryMB int64
+	CPUs     float64
+	Pids     int64
+	TmpfsMB  int64
+	// Mounts are host directories; a profile with mounts is never pooled.
+	Mounts []Mount
+}
+
+// Mount binds a host directory into the container.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+func (p Profile) withDefaults() Profile {
+	if p.MemoryMB == 0 {
+		p.MemoryMB = 512
+	}
+	if p.CPUs == 0 {
+		p.CPUs = 0.5
+	}
+	if p.Pids == 0 {
+		p.Pids = 64
+	}
+	if p.TmpfsMB == 0 {
+		p.TmpfsMB = 64
+	}
+	return p
+}
+
+// key identifies interchangeable containers; "" means not poolable.
+func (p Profile) key() string {
+	if len(p.Mounts) > 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s|m%d|c%g|p%d|t%d", p.Image, p.MemoryMB, p.CPUs, p.Pids, p.TmpfsMB)
+}

@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// Liveness tells whether a worker (a container owner) is still alive,
+// typically from a heartbeat key with a TTL.
+type Liveness interface {
+	Alive(ctx context.Context, owner string) (bool, error)
+}
+
+// Reaper removes Paddock containers nobody tracks: those of owners whose
+// heartbeat is gone, and those of this owner that this process does not
+// know (left by an earlier process with the same owner id). It runs at
+// Start and every Config.ReapInterval.
+type Reaper struct {
+	r    *Runtime
+	live Liveness
+	// OnReap is called with the number of containers removed by a pass.
+	OnReap func(n int)
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewReaper returns a reaper for r's engine.
+func NewReaper(r *Runtime, live Liveness) *Reaper { return &Reaper{r: r, live: live} }
+
+// Start runs one pass now, then one every interval. Idempotent.
+func (p *Reaper) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return nil
+	}
+	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	p.done = make(chan struct{})
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(p.r.cfg.ReapInterval)
+		defer t.Stop()
+		for {
+			if _, err := p.Reap(ctx); err != nil && ctx.Err() == nil {
+				p.r.cfg.Logger.Warn("reaper pass", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop and waits for it. Idempotent; Start may follow.
+func (p *Reaper) Stop() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.cancel = nil
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// Reap runs one pass and returns how many containers it removed.
+func (p *Reaper) Reap(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	list, err := p.r.docker.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=1"),
+	})
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	n := 0
+	for _, c := range list.Items {
+		owner := c.Labels[LabelOwner]
+		name := ""
+		if len(c.Names) > 0 {
+			name = c.Names[0][1:]
+		}
+		reap := false
+		if owner == p.r.cfg.Owner {
+			age := time.Since(time.Unix(c.Created, 0))
+			reap = !p.r.tracked(name) && age > p.r.cfg.ReapGrace
+		} else {
+			ok, seen := alive[owner]
+			if !seen {
+				ok, err = p.live.Alive(ctx, owner)
+				if err != nil {
+					return n, err // Redis trouble: reap nothing rather than guess
+				}
+				alive[owner] = ok
+			}
+			reap = !ok
+		}
+		if !reap {
+			continue
+		}
+		_, err := p.r.docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || isRemovalInProgress(err) {
+			n++
+			p.r.cfg.Logger.Info("reaped container", "container", name, "owner", owner)
+		}
+	}
+	if n > 0 && p.OnReap != nil {
+		p.OnReap(n)
+	}
+	return n, nil
+}

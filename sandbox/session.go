@@ -1,0 +1,368 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/paddockhq/paddock/sandbox/initproto"
+)
+
+// Reason is the one cause a command ended with (a subset of job.Reason).
+type Reason string
+
+const (
+	ReasonOK          Reason = "ok"
+	ReasonExitNonzero Reason = "exit_nonzero"
+	ReasonTimeout     Reason = "timeout"
+	ReasonOOM         Reason = "oom"
+	ReasonPidsLimit   Reason = "pids_limit"
+	ReasonOutputCap   Reason = "output_cap"
+	ReasonFsize       Reason = "fsize"
+	ReasonSignal      Reason = "signal"
+	ReasonCanceled    Reason = "canceled"
+)
+
+// Stream names an output stream.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+// SessionOptions apply to every command of a session.
+type SessionOptions struct {
+	// Deadline is the job deadline: the container is destroyed then.
+	Deadline time.Time
+	// Labels are added to a cold-started container (warm ones carry only
+	// the owner and profile labels).
+	Labels map[string]string
+	// Env is the base environment of every command (after validation by
+	// the caller: nothing of the worker's own environment enters).
+	Env map[string]string
+}
+
+// Command is one command to run in a session.
+type Command struct {
+	// Script runs with the image's shell (bash -c, else sh -c).
+	Script string
+	// Argv, when set, runs directly instead of Script.
+	Argv []string
+	Env  map[string]string
+	Dir  string
+	// Timeout is the per-command budget (default 30 s); on overrun every
+	// process in the container is killed.
+	Timeout time.Duration
+	// OutputBytes is kept per stream: the first half and the last half.
+	OutputBytes int64
+	// OnOutput, if set, receives the streamed head of each stream.
+	OnOutput func(Stream, []byte)
+}
+
+// Output is one captured stream: Head is the start, Tail the end; Bytes
+// counts everything printed.
+type Output struct {
+	Head, Tail []byte
+	Bytes      int64
+	Truncated  bool
+}
+
+// Text returns the whole output when it was kept whole, else the head.
+func (o Output) Text() string { return string(o.Head) }
+
+// Outcome is how a command ended.
+type Outcome struct {
+	ExitCode int // -1 when killed by a signal
+	Signal   int
+	Reason   Reason
+	Stdout   Output
+	Stderr   Output
+	Duration time.Duration
+	// OOMKills and PidsMax are cgroup counter deltas over the command.
+	OOMKills, PidsMax int64
+	// Leftover counts processes the command left behind (killed).
+	Leftover int
+	Argv     []string
+}
+
+// Session is one job's container: never used before, destroyed on Close.
+type Session struct {
+	r       *Runtime
+	b       *box
+	profile Profile
+	opts    SessionOptions
+	Pooled  bool
+
+	mu       sync.Mutex // one command at a time
+	closeMu  sync.Mutex
+	closed   bool
+	broken   error
+	reqID    int
+	deadline *time.Timer
+}
+
+func newSession(r *Runtime, b *box, p Profile, pooled bool, opts SessionOptions) *Session {
+	s := &Session{r: r, b: b, profile: p, opts: opts, Pooled: pooled}
+	if !opts.Deadline.IsZero() {
+		s.deadline = time.AfterFunc(time.Until(opts.Deadline), func() {
+			s.breakSession(fmt.Errorf("%w: job deadline passed", ErrSessionBroken))
+		})
+	}
+	return s
+}
+
+// ContainerID returns the session's container id.
+func (s *Session) ContainerID() string { return s.b.id }
+
+// ContainerName returns the session's container name.
+func (s *Session) ContainerName() string { return s.b.name }
+
+// Close destroys the container (in the background). Idempotent; safe from
+// any goroutine, including while Run is in progress (Run then returns).
+func (s *Session) Close() {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.deadline != nil {
+		s.deadline.Stop()
+	}
+	s.r.destroy(s.b)
+}
+
+func (s *Session) breakSession(err error) {
+	s.closeMu.Lock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	s.closeMu.Unlock()
+	s.Close()
+}
+
+func (s *Session) brokenErr() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Probe asks init what it sees of its own sandbox (self-test).
+func (s *Session) Probe(ctx context.Context) (initproto.Facts, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var f initproto.Facts
+	if err := s.b.send(initproto.TypeProbe, nil); err != nil {
+		return f, infra("probe", err, true)
+	}
+	for {
+		select {
+		case fr, ok := <-s.b.frames:
+			if !ok {
+				return f, infra("probe", s.b.deathCause(), true)
+			}
+			if fr.typ == initproto.TypeFacts {
+				return f, json.Unmarshal(fr.payload, &f)
+			}
+		case <-ctx.Done():
+			return f, ctx.Err()
+		}
+	}
+}
+
+// Run runs one command and returns how it ended. The returned error is nil
+// for every outcome of the command itself (non-zero exit, timeout, OOM …);
+// it is an *InfraError when the sandbox failed, ErrSessionBroken when the
+// container is gone (job deadline), or the context's cause when ctx ended
+// (the container is then destroyed and Outcome.Reason is canceled).
+func (s *Session) Run(ctx context.Context, cmd Command) (Outcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, err := s.run(ctx, cmd)
+	if err == nil && out.shellMissing {
+		// The image has no bash: remember that and use sh.
+		s.r.setShell(s.profile.Image, []string{"sh", "-c"})
+		out, err = s.run(ctx, cmd)
+	}
+	return out.Outcome, err
+}
+
+type outcome struct {
+	Outcome
+	shellMissing bool
+}
+
+func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
+	if err := s.brokenErr(); err != nil {
+		return outcome{}, err
+	}
+	argv := cmd.Argv
+	if argv == nil {
+		argv = append(append([]string(nil), s.r.shellFor(s.profile.Image)...), cmd.Script)
+	}
+	timeout := cmd.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	outCap := cmd.OutputBytes
+	if outCap <= 0 {
+		outCap = 1 << 20
+	}
+	dir := cmd.Dir
+	if dir == "" {
+		dir = WorkspaceDir
+	}
+	s.reqID++
+	req := initproto.Request{
+		ID: s.reqID, Argv: argv, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
+		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: s.r.cfg.OutputKillBytes,
+	}
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := s.b.send(initproto.TypeRun, payload); err != nil {
+		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
+		return outcome{}, infra("send command", err, true)
+	}
+	// init enforces the timeout; this guard only catches an init that
+	// stopped answering.
+	guard := time.NewTimer(timeout + 10*time.Second)
+	defer guard.Stop()
+
+	var o outcome
+	o.Argv = argv
+	half := outCap / 2
+	for {
+		select {
+		case f, ok := <-s.b.frames:
+			if !ok {
+				err := s.brokenErr()
+				if err == nil || errors.Is(err, ErrClosed) {
+					err = fmt.Errorf("%w: attach stream ended: %v %s", ErrSessionBroken, s.b.deathCause(), s.b.initDiag())
+				}
+				s.breakSession(err)
+				if errors.Is(err, ErrSessionBroken) && strings.Contains(err.Error(), "deadline") {
+					o.Reason, o.ExitCode = ReasonTimeout, -1
+					return o, err
+				}
+				return o, infra("run command", err, true)
+			}
+			switch f.typ {
+			case initproto.TypeStdout, initproto.TypeStderr:
+				st, dst := Stdout, &o.Stdout
+				if f.typ == initproto.TypeStderr {
+					st, dst = Stderr, &o.Stderr
+				}
+				if room := half - int64(len(dst.Head)); room > 0 {
+					dst.Head = append(dst.Head, f.payload[:min(int64(len(f.payload)), room)]...)
+				}
+				if cmd.OnOutput != nil {
+					cmd.OnOutput(st, f.payload)
+				}
+			case initproto.TypeExit:
+				var x initproto.Exit
+				if err := json.Unmarshal(f.payload, &x); err != nil || x.ID != req.ID {
+					s.breakSession(fmt.Errorf("%w: bad exit frame", ErrSessionBroken))
+					return o, infra("run command", fmt.Errorf("bad exit frame from init: %v", err), true)
+				}
+				finish(&o, x, half)
+				o.shellMissing = cmd.Argv == nil && x.ExitCode == 127 && strings.Contains(x.StartErr, "command not found") && argv[0] == "bash"
+				return o, nil
+			}
+		case <-guard.C:
+			s.breakSession(fmt.Errorf("%w: init did not end a timed-out command", ErrSessionBroken))
+			o.Reason, o.ExitCode = ReasonTimeout, -1
+			return o, nil
+		case <-ctx.Done():
+			s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, context.Cause(ctx)))
+			o.Reason, o.ExitCode = ReasonCanceled, -1
+			return o, context.Cause(ctx)
+		}
+	}
+}
+
+func finish(o *outcome, x initproto.Exit, half int64) {
+	o.ExitCode, o.Signal = x.ExitCode, x.Signal
+	o.Duration = time.Duration(x.DurationNS)
+	o.OOMKills, o.PidsMax, o.Leftover = x.OOMKills, x.PidsMax, x.Leftover
+	fill := func(dst *Output, total int64, tail []byte) {
+		dst.Bytes = total
+		if total <= int64(len(dst.Head))+int64(len(tail)) {
+			dst.Head = append(dst.Head, tail...) // nothing dropped: whole output
+		} else {
+			dst.Tail, dst.Truncated = tail, true
+		}
+	}
+	fill(&o.Stdout, x.StdoutBytes, x.StdoutTail)
+	fill(&o.Stderr, x.StderrBytes, x.StderrTail)
+	if x.StartErr != "" && o.Stderr.Bytes == 0 {
+		msg := []byte("paddock: " + x.StartErr + "\n")
+		o.Stderr = Output{Head: msg, Bytes: int64(len(msg))}
+	}
+	o.Reason = classify(x)
+}
+
+// classify picks the one reason of a command. Limits the kernel enforced
+// come first: a command that hit its pids or memory limit failed even if
+// its shell exited 0, because some of its work was killed or refused.
+func classify(x initproto.Exit) Reason {
+	switch {
+	case x.PidsKilled || x.PidsMax > 0:
+		return ReasonPidsLimit
+	case x.OOMKills > 0:
+		return ReasonOOM
+	case x.OutputKilled:
+		return ReasonOutputCap
+	case x.Signal == int(syscall.SIGXFSZ) || x.ExitCode == 128+int(syscall.SIGXFSZ):
+		return ReasonFsize
+	case x.TimedOut:
+		return ReasonTimeout
+	case x.Signal != 0:
+		return ReasonSignal
+	case x.ExitCode != 0:
+		return ReasonExitNonzero
+	}
+	return ReasonOK
+}
+
+// defaultEnv is every command's base environment; nothing of the worker's
+// own environment is ever added.
+var defaultEnv = map[string]string{
+	"PATH":   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME":   "/tmp",
+	"TMPDIR": "/tmp",
+	"LANG":   "C.UTF-8",
+	"USER":   "sandbox",
+}
+
+func buildEnv(layers ...map[string]string) []string {
+	m := make(map[string]string, len(defaultEnv))
+	for k, v := range defaultEnv {
+		m[k] = v
+	}
+	for _, l := range layers {
+		for k, v := range l {
+			m[k] = v
+		}
+	}
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}

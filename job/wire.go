@@ -2,6 +2,8 @@ package job
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -16,12 +18,13 @@ const (
 	// StreamResults keeps the last result per job for the retention period,
 	// so Get and Wait work before and after a job ends.
 	StreamResults = "PADDOCK_RESULTS"
-	// SubjectResultPrefix + SubjectToken(id) is where a job's terminal result
-	// is published; build it with ResultSubject, never by concatenating the id.
+	// SubjectResultPrefix + id is where a job's terminal result is published;
+	// build it with ResultSubject (which escapes ids such as "a." that would
+	// not make a valid subject) and parse it with IDFromResultSubject.
 	SubjectResultPrefix = "paddock.results."
 
-	// SubjectCancelPrefix + SubjectToken(id) asks whoever holds the job to
-	// cancel it; build it with CancelSubject.
+	// SubjectCancelPrefix + id asks whoever holds the job to cancel it; build
+	// it with CancelSubject.
 	SubjectCancelPrefix = "paddock.cancel."
 
 	// HeaderMsgID is JetStream's de-duplication header; Paddock sets it to the job id.
@@ -34,34 +37,107 @@ const (
 	EnvFencingToken = "PADDOCK_FENCING_TOKEN"
 )
 
-// ResultSubject is the subject a job's result is published on: always one
-// token below SubjectResultPrefix, so "paddock.results.*" matches every job.
-func ResultSubject(id string) string { return SubjectResultPrefix + SubjectToken(id) }
+// ResultSubject is the subject a job's result is published on:
+// SubjectResultPrefix + the id, escaped only where the id would not make a
+// valid subject (see subjectSuffix). Ids may contain '.', so one id may span
+// several subject tokens: subscribe to every result with SubjectResultPrefix+">".
+func ResultSubject(id string) string { return SubjectResultPrefix + subjectSuffix(id) }
 
 // CancelSubject is the subject a job's cancel request is published on.
-func CancelSubject(id string) string { return SubjectCancelPrefix + SubjectToken(id) }
+func CancelSubject(id string) string { return SubjectCancelPrefix + subjectSuffix(id) }
 
-// SubjectToken encodes a job id as exactly one NATS subject token. Job ids
-// may contain '.', NATS's token separator ("a.b" would be two tokens, and
-// ".", "a." or "a..b" are not valid subjects at all), so '.' becomes '~'.
-// Any other byte outside [A-Za-z0-9_-] (only possible in an id that failed
-// validation, such as '*', '>' or a space) becomes %XX. The encoding is
-// injective and maps "" to "%"; valid ids differ from their token only in
-// '.' → '~'.
-func SubjectToken(id string) string {
+// IDFromResultSubject returns the job id a result subject belongs to (the
+// inverse of ResultSubject), or false when subject is not one.
+func IDFromResultSubject(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, SubjectResultPrefix)
+	if !ok {
+		return "", false
+	}
+	id, ok := idFromSuffix(rest)
+	if !ok || subjectSuffix(id) != rest { // only the canonical form names a job
+		return "", false
+	}
+	return id, true
+}
+
+// subjectSuffix maps a job id to a valid, non-wildcard NATS subject tail,
+// one-to-one:
+//   - an id of [A-Za-z0-9._-] whose '.'-separated tokens are all non-empty
+//     (every usual id: "build-42", "build-42.test") is used as it is;
+//   - other ids of [A-Za-z0-9._-] (".", "..", ".a", "a.", "a..b": an empty
+//     token is not a valid subject) have each '.' replaced by '~';
+//   - any other id (it failed validation; "" or with '*', '>', spaces…) has
+//     each '.' replaced by '~' and every byte outside [A-Za-z0-9_-] by %XX;
+//     "" becomes "%".
+//
+// The three forms never collide: only the second holds '~' without '%',
+// only the third holds '%'.
+func subjectSuffix(id string) string {
 	if id == "" {
 		return "%"
+	}
+	plain, dots := true, false
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c == '.':
+			dots = true
+		case !idByte(c):
+			plain = false
+		}
+	}
+	if plain {
+		if !dots || !slices.Contains(strings.Split(id, "."), "") {
+			return id
+		}
+		return strings.ReplaceAll(id, ".", "~")
 	}
 	var b strings.Builder
 	for i := 0; i < len(id); i++ {
 		switch c := id[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
-			b.WriteByte(c)
 		case c == '.':
 			b.WriteByte('~')
+		case idByte(c):
+			b.WriteByte(c)
 		default:
 			fmt.Fprintf(&b, "%%%02X", c)
 		}
 	}
 	return b.String()
+}
+
+func idByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
+func idFromSuffix(s string) (string, bool) {
+	switch {
+	case s == "%":
+		return "", true
+	case s == "":
+		return "", false
+	case !strings.ContainsAny(s, "~%"):
+		return s, true
+	case !strings.Contains(s, "%"):
+		return strings.ReplaceAll(s, "~", "."), true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '~':
+			b.WriteByte('.')
+		case '%':
+			if i+2 >= len(s) {
+				return "", false
+			}
+			n, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			if err != nil {
+				return "", false
+			}
+			b.WriteByte(byte(n))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
 }

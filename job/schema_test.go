@@ -1,0 +1,492 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// schemaNode is a parsed JSON Schema (a subset of draft 2020-12: exactly the
+// keywords our two schemas use; an unknown keyword fails the test).
+type schemaNode = map[string]any
+
+func loadSchema(t testing.TB, raw []byte) schemaNode {
+	t.Helper()
+	var s schemaNode
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	require.NoError(t, dec.Decode(&s))
+	return s
+}
+
+// resolve follows a local "$ref" ("#/$defs/name").
+func resolve(root, n schemaNode) schemaNode {
+	for {
+		ref, ok := n["$ref"].(string)
+		if !ok {
+			return n
+		}
+		name := strings.TrimPrefix(ref, "#/$defs/")
+		n = root["$defs"].(schemaNode)[name].(schemaNode)
+	}
+}
+
+// sub returns the (resolved) schema of property name of object schema n.
+func sub(t testing.TB, root, n schemaNode, name string) schemaNode {
+	t.Helper()
+	props, ok := resolve(root, n)["properties"].(schemaNode)
+	require.True(t, ok, "schema has no properties")
+	p, ok := props[name].(schemaNode)
+	require.True(t, ok, "schema has no property %q", name)
+	return resolve(root, p)
+}
+
+var knownKeywords = []string{
+	"$schema", "$id", "$ref", "$defs", "title", "description", "default", "format",
+	"type", "properties", "required", "additionalProperties", "enum", "const", "pattern",
+	"minLength", "maxLength", "minimum", "maximum", "maxProperties", "propertyNames", "items", "not",
+}
+
+// validateSchema checks instance (a JSON document) against root and returns
+// every violation, each prefixed with its JSON path.
+func validateSchema(root schemaNode, instance []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(instance))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return []string{"not JSON: " + err.Error()}
+	}
+	var errs []string
+	checkNode(root, root, v, "$", &errs)
+	return errs
+}
+
+func checkNode(root, n schemaNode, v any, path string, errs *[]string) {
+	fail := func(format string, a ...any) { *errs = append(*errs, path+": "+fmt.Sprintf(format, a...)) }
+	for k := range n {
+		if !slices.Contains(knownKeywords, k) {
+			fail("schema keyword %q is not supported by the test validator", k)
+		}
+	}
+	if ref, ok := n["$ref"].(string); ok {
+		checkNode(root, resolve(root, schemaNode{"$ref": ref}), v, path, errs)
+	}
+	if typ, ok := n["type"].(string); ok && !hasType(v, typ) {
+		fail("want %s, got %T", typ, v)
+		return
+	}
+	if enum, ok := n["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return jsonEqual(e, v) }) {
+		fail("%v is not one of %v", v, enum)
+	}
+	if c, ok := n["const"]; ok && !jsonEqual(c, v) {
+		fail("%v is not %v", v, c)
+	}
+	if not, ok := n["not"].(schemaNode); ok {
+		var inner []string
+		checkNode(root, not, v, path, &inner)
+		if len(inner) == 0 {
+			fail("matches a schema it must not match")
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		if p, ok := n["pattern"].(string); ok && !compiled(p).MatchString(x) {
+			fail("%q does not match %s", x, p)
+		}
+		if m, ok := n["minLength"].(json.Number); ok && int64(utf8.RuneCountInString(x)) < mustInt(m) {
+			fail("shorter than %s", m)
+		}
+		if m, ok := n["maxLength"].(json.Number); ok && int64(utf8.RuneCountInString(x)) > mustInt(m) {
+			fail("longer than %s", m)
+		}
+	case json.Number:
+		f, _ := x.Float64()
+		if m, ok := n["minimum"].(json.Number); ok {
+			if mf, _ := m.Float64(); f < mf {
+				fail("%s < minimum %s", x, m)
+			}
+		}
+		if m, ok := n["maximum"].(json.Number); ok {
+			if mf, _ := m.Float64(); f > mf {
+				fail("%s > maximum %s", x, m)
+			}
+		}
+	case []any:
+		if items, ok := n["items"].(schemaNode); ok {
+			for i, e := range x {
+				checkNode(root, items, e, fmt.Sprintf("%s[%d]", path, i), errs)
+			}
+		}
+	case map[string]any:
+		if m, ok := n["maxProperties"].(json.Number); ok && int64(len(x)) > mustInt(m) {
+			fail("more than %s properties", m)
+		}
+		if req, ok := n["required"].([]any); ok {
+			for _, r := range req {
+				if _, ok := x[r.(string)]; !ok {
+					fail("missing required %q", r)
+				}
+			}
+		}
+		props, _ := n["properties"].(schemaNode)
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if pn, ok := n["propertyNames"].(schemaNode); ok {
+				checkNode(root, pn, k, path+".<key "+strconv.Quote(k)+">", errs)
+			}
+			if ps, ok := props[k].(schemaNode); ok {
+				checkNode(root, ps, x[k], path+"."+k, errs)
+				continue
+			}
+			switch ap := n["additionalProperties"].(type) {
+			case bool:
+				if !ap {
+					fail("property %q is not allowed", k)
+				}
+			case schemaNode:
+				checkNode(root, ap, x[k], path+"."+k, errs)
+			}
+		}
+	}
+}
+
+var regexps sync.Map // pattern → *regexp.Regexp
+
+func compiled(p string) *regexp.Regexp {
+	if re, ok := regexps.Load(p); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile(p)
+	regexps.Store(p, re)
+	return re
+}
+
+func hasType(v any, typ string) bool {
+	switch typ {
+	case "object":
+		_, ok := v.(map[string]any)
+		return ok
+	case "array":
+		_, ok := v.([]any)
+		return ok
+	case "string":
+		_, ok := v.(string)
+		return ok
+	case "boolean":
+		_, ok := v.(bool)
+		return ok
+	case "number":
+		_, ok := v.(json.Number)
+		return ok
+	case "integer":
+		n, ok := v.(json.Number)
+		if !ok {
+			return false
+		}
+		f, err := n.Float64()
+		return err == nil && f == math.Trunc(f)
+	case "null":
+		return v == nil
+	}
+	return false
+}
+
+func jsonEqual(a, b any) bool {
+	an, aok := a.(json.Number)
+	bn, bok := b.(json.Number)
+	if aok && bok {
+		af, _ := an.Float64()
+		bf, _ := bn.Float64()
+		return af == bf
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func mustInt(n json.Number) int64 {
+	i, err := n.Int64()
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+// goJSONNames lists the JSON keys a Go type marshals, via struct tags; types
+// with a custom MarshalJSON map to the struct that defines their wire form.
+func goJSONNames(t reflect.Type) []string {
+	if t == reflect.TypeFor[Effective]() {
+		t = reflect.TypeFor[effectiveJSON]()
+	}
+	return jsonNames(t)
+}
+
+// goRequired lists the JSON keys a Go type always marshals (no omitempty/omitzero).
+func goRequired(t reflect.Type) []string {
+	if t == reflect.TypeFor[Effective]() {
+		t = reflect.TypeFor[effectiveJSON]()
+	}
+	var req []string
+	for _, f := range reflect.VisibleFields(t) {
+		name := jsonName(f)
+		if name == "" {
+			continue
+		}
+		if tag := f.Tag.Get("json"); !strings.Contains(tag, ",omitempty") && !strings.Contains(tag, ",omitzero") {
+			req = append(req, name)
+		}
+	}
+	return req
+}
+
+func propNames(n schemaNode) []string {
+	props, _ := n["properties"].(schemaNode)
+	return slices.Sorted(maps.Keys(props))
+}
+
+func requiredNames(n schemaNode) []string {
+	var out []string
+	req, _ := n["required"].([]any)
+	for _, r := range req {
+		out = append(out, r.(string))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func enumStrings(n schemaNode) []string {
+	var out []string
+	for _, e := range n["enum"].([]any) {
+		out = append(out, e.(string))
+	}
+	return out
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); sort.Strings(s); return s }
+
+func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	result := loadSchema(t, ResultSchema)
+	for _, tc := range []struct {
+		name     string
+		root     schemaNode
+		node     schemaNode
+		typ      reflect.Type
+		required []string // nil: derive from omitempty/omitzero
+	}{
+		{"spec", spec, spec, reflect.TypeFor[Spec](), []string{"command"}},
+		{"spec.limits", spec, sub(t, spec, spec, "limits"), reflect.TypeFor[Limits](), []string{}},
+		{"spec.heal", spec, sub(t, spec, spec, "heal"), reflect.TypeFor[HealPolicy](), []string{}},
+		{"spec.volume", spec, sub(t, spec, spec, "volume"), reflect.TypeFor[Volume](), nil},
+		{"result", result, result, reflect.TypeFor[Result](), nil},
+		{"result.stdout", result, sub(t, result, result, "stdout"), reflect.TypeFor[Output](), nil},
+		{"result.stderr", result, sub(t, result, result, "stderr"), reflect.TypeFor[Output](), nil},
+		{"result.errors[]", result, resolve(result, sub(t, result, result, "errors")["items"].(schemaNode)), reflect.TypeFor[FieldError](), nil},
+		{"result.attempts[]", result, resolve(result, sub(t, result, result, "attempts")["items"].(schemaNode)), reflect.TypeFor[Attempt](), nil},
+		{"result.limits", result, sub(t, result, result, "limits"), reflect.TypeFor[Effective](), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, sorted(goJSONNames(tc.typ)), propNames(tc.node), "schema properties vs Go JSON tags")
+			req := tc.required
+			if req == nil {
+				req = goRequired(tc.typ)
+			}
+			assert.ElementsMatch(t, req, requiredNames(tc.node), "schema required vs Go fields without omitempty")
+		})
+	}
+	// The spec schema is closed at every level, like Decode.
+	for _, n := range []schemaNode{spec, sub(t, spec, spec, "limits"), sub(t, spec, spec, "heal"), sub(t, spec, spec, "volume")} {
+		assert.Equal(t, false, n["additionalProperties"])
+	}
+}
+
+func TestSchemaEnumsMatchGo(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	result := loadSchema(t, ResultSchema)
+	defs := result["$defs"].(schemaNode)
+
+	reasons := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		reasons[i] = string(r)
+	}
+	assert.Equal(t, reasons, enumStrings(defs["reason"].(schemaNode)), "reason enum in documentation order")
+
+	var states []string
+	for _, r := range Reasons {
+		if s := string(r.State()); !slices.Contains(states, s) {
+			states = append(states, s)
+		}
+	}
+	assert.Equal(t, sorted(states), sorted(enumStrings(defs["state"].(schemaNode))), "every state some reason implies")
+	assert.Equal(t, []string{string(StateSucceeded), string(StateFailed), string(StateRejected), string(StateCanceled), string(StateInfra)},
+		enumStrings(defs["state"].(schemaNode)))
+	assert.Equal(t, []string{string(ActionInitial), string(ActionInstall), string(ActionRules), string(ActionLLM), string(ActionMemo)},
+		enumStrings(defs["action"].(schemaNode)))
+	assert.Equal(t, []string{"", string(HealOff), string(HealRules), string(HealLLM)},
+		enumStrings(sub(t, spec, sub(t, spec, spec, "heal"), "mode")))
+	assert.Equal(t, []string{"", string(VolumeRW), string(VolumeRO)},
+		enumStrings(sub(t, spec, sub(t, spec, spec, "volume"), "mode")))
+}
+
+func TestSchemaFixedRulesMatchGo(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	env := sub(t, spec, spec, "env")
+	labels := sub(t, spec, spec, "labels")
+	lim := sub(t, spec, spec, "limits")
+	num := func(n schemaNode, k string) float64 { f, _ := n[k].(json.Number).Float64(); return f }
+
+	assert.Equal(t, "^"+strings.TrimSuffix(strings.TrimPrefix(idPattern.String(), "^"), "{1,128}$")+"{0,128}$",
+		sub(t, spec, spec, "id")["pattern"], "id pattern (empty allowed: the scheduler assigns one)")
+	assert.Equal(t, envNamePattern.String(), env["propertyNames"].(schemaNode)["pattern"])
+	assert.Equal(t, labelPattern.String(), labels["propertyNames"].(schemaNode)["pattern"])
+	assert.Equal(t, volumePattern.String(), sub(t, spec, sub(t, spec, spec, "volume"), "name")["pattern"])
+	assert.EqualValues(t, MaxCommandBytes, num(sub(t, spec, spec, "command"), "maxLength"))
+	assert.EqualValues(t, MaxWorkdir, num(sub(t, spec, spec, "workdir"), "maxLength"))
+	assert.EqualValues(t, MaxEnvVars, num(env, "maxProperties"))
+	assert.EqualValues(t, MaxEnvValue, num(env["additionalProperties"].(schemaNode), "maxLength"))
+	assert.EqualValues(t, MaxLabels, num(labels, "maxProperties"))
+	assert.EqualValues(t, MaxLabelValue, num(labels["additionalProperties"].(schemaNode), "maxLength"))
+	assert.EqualValues(t, MinMemoryMB, num(sub(t, spec, lim, "memory_mb"), "minimum"))
+	assert.EqualValues(t, MinCPUs, num(sub(t, spec, lim, "cpus"), "minimum"))
+	for _, k := range []string{"pids", "command_timeout_s", "job_timeout_s", "output_bytes", "tmpfs_mb"} {
+		assert.EqualValues(t, 1, num(sub(t, spec, lim, k), "minimum"), k)
+	}
+}
+
+func TestSchemaAcceptsWhatGoAccepts(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	for _, doc := range acceptedDocs {
+		s, err := Decode([]byte(doc))
+		require.NoError(t, err, doc)
+		_, err = Validate(&s, fuzzCaps)
+		require.NoError(t, err, doc)
+		assert.Empty(t, validateSchema(spec, []byte(doc)), doc)
+		// A normalized spec, as the scheduler enqueues it, is valid too.
+		Normalize(&s, fuzzCaps)
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		assert.Empty(t, validateSchema(spec, b), string(b))
+	}
+}
+
+func TestSchemaRejectsFixedRuleViolations(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	for _, doc := range []string{
+		`{}`,
+		`{"command":""}`,
+		`{"command":" \n\t"}`,
+		`{"command":"x","Command":"y"}`,
+		`{"command":"x","extra":1}`,
+		`{"command":"x","v":2}`,
+		`{"command":"x","id":"a b"}`,
+		`{"command":"x","id":"` + strings.Repeat("a", 129) + `"}`,
+		`{"command":"x","env":{"1A":"x"}}`,
+		`{"command":"x","env":{"A":1}}`,
+		`{"command":"x","workdir":"rel"}`,
+		`{"command":"x","labels":{"-a":"x"}}`,
+		`{"command":"x","limits":{"memory_mb":0}}`,
+		`{"command":"x","limits":{"memory_mb":5}}`,
+		`{"command":"x","limits":{"cpus":0}}`,
+		`{"command":"x","limits":{"pids":-1}}`,
+		`{"command":"x","limits":{"pids":1.5}}`,
+		`{"command":"x","limits":{"swap":1}}`,
+		`{"command":"x","heal":{"mode":"always"}}`,
+		`{"command":"x","heal":{"max_attempts":-1}}`,
+		`{"command":"x","heal":{"allow_install":"yes"}}`,
+		`{"command":"x","volume":{}}`,
+		`{"command":"x","volume":{"name":"a..b"}}`,
+		`{"command":"x","volume":{"name":"v","mode":"wx"}}`,
+		`{"command":null}`,
+	} {
+		assert.NotEmpty(t, validateSchema(spec, []byte(doc)), doc)
+		_, err := decodeAndValidate(doc, fuzzCaps)
+		assert.ErrorIs(t, err, ErrInvalid, doc)
+	}
+}
+
+func TestResultSchemaAcceptsResults(t *testing.T) {
+	t.Parallel()
+	result := loadSchema(t, ResultSchema)
+	for _, r := range []Result{fullResult(), rejectedResult(), {}} {
+		r.Finish(r.Reason)
+		if r.Reason == "" {
+			r.Finish(ReasonInfra)
+		}
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		assert.Empty(t, validateSchema(result, b), string(b))
+	}
+	bad, err := json.Marshal(map[string]any{"v": 1, "id": "x", "state": "done", "reason": "ok", "stdout": map[string]any{}, "stderr": map[string]any{}})
+	require.NoError(t, err)
+	assert.NotEmpty(t, validateSchema(result, bad))
+}
+
+func TestSchemasEmbedded(t *testing.T) {
+	t.Parallel()
+	for _, raw := range [][]byte{SpecSchema, ResultSchema} {
+		s := loadSchema(t, raw)
+		assert.Equal(t, "https://json-schema.org/draft/2020-12/schema", s["$schema"])
+		assertKnownKeywords(t, s)
+	}
+}
+
+func assertKnownKeywords(t *testing.T, n schemaNode) {
+	t.Helper()
+	for k, v := range n {
+		switch k {
+		case "properties", "$defs":
+			for _, p := range v.(schemaNode) {
+				assertKnownKeywords(t, p.(schemaNode))
+			}
+			continue
+		}
+		assert.Contains(t, knownKeywords, k)
+		if m, ok := v.(schemaNode); ok && k != "default" {
+			assertKnownKeywords(t, m)
+		}
+	}
+}
+
+// fullResult has every field set, for round-trip and schema tests.
+func fullResult() Result {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	code := 1
+	return Result{
+		ID: "build-42.test", Reason: ReasonExitNonzero, Error: "command exited 1",
+		ExitCode: &code,
+		Stdout:   Output{Text: "head", Tail: "tail", Bytes: 3 << 20, Truncated: true, OmittedBytes: 3<<20 - 8},
+		Stderr:   Output{Text: "boom\n", Bytes: 5},
+		Attempts: []Attempt{
+			{N: 1, Action: ActionInitial, Command: "jq . x", ExitCode: 127, Reason: ReasonExitNonzero, StderrTail: "jq: not found", StartedAt: at, DurationMS: 3},
+			{N: 2, Action: ActionInstall, Command: "jq . x", ExitCode: 1, Reason: ReasonExitNonzero, Install: "apt-get install -y jq", Note: "installed jq", StartedAt: at.Add(time.Second), DurationMS: 900},
+		},
+		SubmittedAt: at, QueuedAt: at.Add(time.Millisecond), StartedAt: at.Add(2 * time.Millisecond), FinishedAt: at.Add(3 * time.Second),
+		Worker: "w1", Image: DefaultImage, Queue: DefaultQueue, Labels: map[string]string{"pipeline": "ci"},
+		Limits:       &Effective{MemoryMB: 512, CPUs: 0.5, Pids: 64, CommandTimeout: 30 * time.Second, JobTimeout: 300 * time.Second, OutputBytes: 1 << 20, TmpfsMB: 64},
+		FencingToken: 7, LockWaitMS: 12, Runs: 1,
+	}
+}
+
+func rejectedResult() Result {
+	_, err := decodeAndValidate(`{"command":"","limits":{"pids":0}}`, Caps{})
+	r := Result{ID: "x", Error: err.Error(), Errors: FieldErrors(err)}
+	r.Finish(ReasonRejected)
+	return r
+}

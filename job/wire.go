@@ -30,6 +30,10 @@ const (
 	// HeaderMsgID is JetStream's de-duplication header; Paddock sets it to the job id.
 	HeaderMsgID = "Nats-Msg-Id"
 
+	// TaskHeaderQueuedAt carries the time the scheduler enqueued the task
+	// (RFC 3339, UTC) in the asynq task headers.
+	TaskHeaderQueuedAt = "paddock-queued-at"
+
 	// TaskType is the asynq task type of a job.
 	TaskType = "paddock:job"
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -51,9 +52,16 @@ func (r *Runtime) SelfTest(ctx context.Context, p Profile) error {
 	}
 	wantUID := strings.Split(r.cfg.User, ":")[0]
 	check(fmt.Sprint(f.UID) == wantUID, "uid is %d, want %s", f.UID, wantUID)
+	// The image's ENV may reach init (commands get an explicit env anyway);
+	// nothing of the worker's own environment may.
+	mine := map[string]bool{}
+	for _, kv := range os.Environ() {
+		mine[kv] = true
+	}
 	for _, kv := range f.Env {
 		k, _, _ := strings.Cut(kv, "=")
-		check(k == "PATH" || k == "HOSTNAME" || k == "HOME" || k == "container", "init's environment has %q (want only PATH/HOSTNAME/HOME)", k)
+		check(!mine[kv] || k == "PATH" || k == "HOME" || k == "HOSTNAME" || k == "LANG" || k == "TERM",
+			"the worker's environment variable %s is visible in the container", k)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w on this host (image %s, runtime %q): %s", ErrSelfTest, p.Image, r.cfg.Runtime, strings.Join(bad, "; "))

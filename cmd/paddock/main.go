@@ -1,0 +1,143 @@
+// Command paddock is Paddock's one binary: the all-in-one dev stack (up),
+// the scheduler and worker services, and the pipeline CLI (submit, get, wait).
+//
+// Configuration: flags, then PADDOCK_* environment variables (the flag name
+// upper-cased with dashes as underscores, e.g. --nats-url ← PADDOCK_NATS_URL),
+// then defaults.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a command failed (bad flags, unreachable service, …)
+	exitJobs    = 2 // submit --wait: at least one job did not succeed
+)
+
+type globals struct {
+	natsURL  string
+	redisURL string
+	logLevel string
+	logger   *slog.Logger
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "paddock",
+		Short: "Run AI-agent shell commands in fresh, capped, network-less containers",
+		Long: `Paddock runs batch jobs (a bash command, an image, limits) submitted over NATS
+JetStream, each in a fresh, read-only, network-less Docker container that is
+destroyed when the job ends. Start a dev stack with 'paddock up', then
+'paddock submit --wait -- "echo hi"' in another shell.
+
+Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+			}
+			g.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			// go-redis logs every failed dial; connection errors reach the
+			// user through the returned errors instead.
+			redis.SetLogger(redisLogger{g.logger})
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
+	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL (redis://host:port/db or unix:///path)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+
+	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), schemaCmd())
+	root.SetArgs(args)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	var ec *exitCodeError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ec):
+		return ec.code
+	default:
+		fmt.Fprintln(os.Stderr, "paddock:", err)
+		return exitFailure
+	}
+}
+
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// exitCodeError ends the process with code after its output was printed.
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// bindEnv sets every flag not given on the command line from PADDOCK_<NAME>.
+func bindEnv(cmd *cobra.Command) error {
+	var errs []error
+	set := func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := "PADDOCK_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	}
+	cmd.Flags().VisitAll(set)
+	cmd.InheritedFlags().VisitAll(set)
+	return errors.Join(errs...)
+}
+
+func schemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:       "schema spec|result",
+		Short:     "Print the JSON Schema of a job spec or result",
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"spec", "result"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch args[0] {
+			case "spec":
+				_, err := os.Stdout.Write(job.SpecSchema)
+				return err
+			case "result":
+				_, err := os.Stdout.Write(job.ResultSchema)
+				return err
+			}
+			return fmt.Errorf("schema %q: want spec or result", args[0])
+		},
+	}
+}

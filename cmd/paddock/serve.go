@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/scheduler"
+)
+
+func defaultWorkerID() string {
+	h, _ := os.Hostname()
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+type schedFlags struct {
+	concurrency     int
+	resultRetention time.Duration
+	dedupeWindow    time.Duration
+	maxRetry        int
+}
+
+func (s *schedFlags) register(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&s.concurrency, "scheduler-concurrency", 8, "submissions validated and enqueued at once")
+	cmd.Flags().DurationVar(&s.resultRetention, "result-retention", 24*time.Hour, "how long results (and duplicate-id protection) are kept")
+	cmd.Flags().DurationVar(&s.dedupeWindow, "dedupe-window", 10*time.Minute, "JetStream duplicate window for submissions (Nats-Msg-Id = job id)")
+	cmd.Flags().IntVar(&s.maxRetry, "max-retry", 3, "queue retries of a job after infrastructure failures")
+}
+
+// stack is the set of connections a service holds.
+type stack struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	rdb *redis.Client
+	st  *results.Store
+}
+
+func openStack(ctx context.Context, g *globals, sf *schedFlags, name string) (*stack, error) {
+	nc, err := connectNATS(ctx, g.natsURL, name, g.logger)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	rdb, err := connectRedis(ctx, g.redisURL)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: sf.resultRetention, DedupeWindow: sf.dedupeWindow}); err != nil {
+		nc.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("create JetStream streams: %w", err)
+	}
+	st := results.NewStore(rdb, js, results.StoreConfig{Retention: sf.resultRetention, Logger: g.logger})
+	return &stack{nc: nc, js: js, rdb: rdb, st: st}, nil
+}
+
+func (s *stack) close() {
+	s.nc.Drain()
+	s.rdb.Close()
+}
+
+func newScheduler(s *stack, sf *schedFlags, cf *capsFlags, log *slog.Logger) (*scheduler.Scheduler, *asynq.Client, error) {
+	ac := asynq.NewClientFromRedisClient(s.rdb)
+	sch, err := scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
+		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log})
+	return sch, ac, err
+}
+
+func schedulerCmd(g *globals) *cobra.Command {
+	var sf schedFlags
+	var cf capsFlags
+	cmd := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Validate submissions from JetStream and enqueue them in Redis (run any number)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStack(ctx, g, &sf, "paddock-scheduler")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			sch, _, err := newScheduler(s, &sf, &cf, g.logger)
+			if err != nil {
+				return err
+			}
+			if err := sch.Start(ctx); err != nil {
+				return err
+			}
+			g.logger.Info("scheduler running", "nats", g.natsURL, "redis", g.redisURL)
+			<-ctx.Done()
+			g.logger.Info("scheduler stopping: finishing in-flight submissions")
+			sch.Stop()
+			return nil
+		},
+	}
+	sf.register(cmd)
+	cf.register(cmd.Flags())
+	return cmd
+}
+
+func workerCmd(g *globals) *cobra.Command {
+	var sf schedFlags
+	var cf capsFlags
+	var wf workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			d, err := connectDocker(ctx)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			s, err := openStack(ctx, g, &sf, "paddock-worker")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, g.logger)
+			if err != nil {
+				return err
+			}
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
+			g.logger.Info("worker running", "concurrency", wf.concurrency, "pool_size", wf.poolSize)
+			<-ctx.Done()
+			g.logger.Info("worker draining", "grace", wf.shutdownTimeout)
+			w.Stop()
+			return nil
+		},
+	}
+	sf.register(cmd)
+	cf.register(cmd.Flags())
+	wf.register(cmd.Flags())
+	return cmd
+}
+
+func upCmd(g *globals) *cobra.Command {
+	var sf schedFlags
+	var cf capsFlags
+	var wf workerFlags
+	var dataDir, readyFile string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole stack in one process: NATS, Redis, scheduler and a worker (for development and demos)",
+		Long: `up uses NATS at --nats-url and Redis at --redis-url when they answer; otherwise it
+starts an embedded NATS server with JetStream and a redis-server child (AOF on)
+on those addresses, with their data under --data-dir. Then it runs a scheduler
+and a worker until interrupted, and shuts down in order: stop intake, drain
+running jobs, stop the services it started.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := g.logger
+			d, err := connectDocker(ctx)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if dataDir == "" {
+				dataDir = defaultDataDir()
+			}
+			ns, err := ensureNATS(g.natsURL, filepath.Join(dataDir, "nats"), log)
+			if err != nil {
+				return err
+			}
+			if ns != nil {
+				defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+			}
+			stopRedis, err := ensureRedis(ctx, g.redisURL, filepath.Join(dataDir, "redis"), log)
+			if err != nil {
+				return err
+			}
+			defer stopRedis()
+			s, err := openStack(ctx, g, &sf, "paddock-up")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			sch, _, err := newScheduler(s, &sf, &cf, log)
+			if err != nil {
+				return err
+			}
+			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, log)
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
+			if err := sch.Start(ctx); err != nil {
+				w.Stop()
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d\n"+
+				"paddock: submit with: paddock submit --wait -- 'echo hi'   (Ctrl-C stops)\n",
+				time.Since(t0).Round(time.Millisecond), g.natsURL, g.redisURL, wf.concurrency, wf.poolSize)
+			if readyFile != "" {
+				_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
+				defer os.Remove(readyFile)
+			}
+			<-ctx.Done()
+			// Shutdown order: stop intake (scheduler), drain running jobs
+			// (worker), then the services that record results.
+			fmt.Fprintln(os.Stderr, "paddock: stopping: scheduler, then draining the worker")
+			sch.Stop()
+			w.Stop()
+			return nil
+		},
+	}
+	sf.register(cmd)
+	cf.register(cmd.Flags())
+	wf.register(cmd.Flags())
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where an embedded NATS and a child redis-server keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
+	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
+	return cmd
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "paddock")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "paddock")
+	}
+	return filepath.Join(home, ".local", "state", "paddock")
+}
+
+// ensureNATS returns nil when a NATS server answers at url; otherwise it
+// starts an embedded one with JetStream (file store) on url's host:port.
+func ensureNATS(url, storeDir string, log *slog.Logger) (*server.Server, error) {
+	if nc, err := nats.Connect(url, nats.Timeout(time.Second)); err == nil {
+		nc.Close()
+		log.Info("using NATS", "url", url)
+		return nil, nil
+	}
+	host, port, err := hostPort(url, "nats://", 4222)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: storeDir,
+		NoSigs: true, NoLog: true, ServerName: "paddock-up"})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS did not start on %s:%d (is the port taken?)", host, port)
+	}
+	log.Info("started embedded NATS with JetStream", "addr", fmt.Sprintf("%s:%d", host, port), "store", storeDir)
+	return ns, nil
+}
+
+// ensureRedis returns a no-op when Redis answers at url; otherwise it starts
+// a redis-server child with AOF and noeviction on url's host:port.
+func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func(), error) {
+	if rdb, err := connectRedis(ctx, url); err == nil {
+		rdb.Close()
+		log.Info("using Redis", "url", url)
+		return func() {}, nil
+	}
+	host, port, err := hostPort(url, "redis://", 6379)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("no Redis at %s and no redis-server to start: `apt-get install -y redis-server` (make demo does)", url)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--bind", host, "--port", strconv.Itoa(port), "--dir", dir,
+		"--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
+		"--save", "", "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes")
+	logf, err := os.OpenFile(filepath.Join(dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if rdb, err := connectRedis(ctx, url); err == nil {
+			rdb.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("redis-server did not answer on %s:%d", host, port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Info("started redis-server", "addr", fmt.Sprintf("%s:%d", host, port), "dir", dir)
+	return stop, nil
+}
+
+func hostPort(url, scheme string, defPort int) (string, int, error) {
+	rest := url
+	if len(rest) > len(scheme) && rest[:len(scheme)] == scheme {
+		rest = rest[len(scheme):]
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '/' {
+			rest = rest[:i]
+			break
+		}
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = rest[at+1:]
+	}
+	host, p, err := net.SplitHostPort(rest)
+	if err != nil {
+		return rest, defPort, nil
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("bad port in %q", url)
+	}
+	return host, port, nil
+}

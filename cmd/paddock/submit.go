@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/job"
+)
+
+type submitFlags struct {
+	file, id, image, queue, workdir, heal, output string
+	env, labels                                  []string
+	memoryMB, pids, timeoutS, jobTimeoutS        int64
+	cpus                                         float64
+	wait                                         bool
+	waitTimeout                                  time.Duration
+}
+
+func submitCmd(g *globals) *cobra.Command {
+	var f submitFlags
+	cmd := &cobra.Command{
+		Use:   "submit [flags] -- 'command'",
+		Short: "Submit a job (or a batch from --file / stdin) and optionally wait for the results",
+		Example: `  paddock submit --wait -- 'echo hi'
+  paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10 -- 'python3 -c "print(2**10)"'
+  paddock submit --wait --file jobs.jsonl          # one JSON spec per line
+  cat jobs.jsonl | paddock submit --file - --wait --output json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			specs, err := f.specs(cmd, args)
+			if err != nil {
+				return err
+			}
+			return submitAndWait(cmd.Context(), g, &f, specs)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&f.file, "file", "f", "", "JSONL file of job specs, one per line ('-' for stdin)")
+	fs.StringVar(&f.id, "id", "", "job id (default: generated); a duplicate id runs once")
+	fs.StringVar(&f.image, "image", "", "sandbox image (default: the operator's default)")
+	fs.StringVar(&f.queue, "queue", "", "queue (default: \"default\")")
+	fs.StringVar(&f.workdir, "workdir", "", "working directory (default /workspace)")
+	fs.StringVar(&f.heal, "heal", "", "self-healing: off, rules, llm")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=value for the job (repeatable)")
+	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label key=value (repeatable)")
+	fs.Int64Var(&f.memoryMB, "memory-mb", 0, "memory limit in MiB")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit")
+	fs.Int64Var(&f.pids, "pids", 0, "process limit")
+	fs.Int64Var(&f.timeoutS, "timeout", 0, "per-command timeout in seconds")
+	fs.Int64Var(&f.jobTimeoutS, "job-timeout", 0, "whole-job timeout in seconds")
+	fs.BoolVarP(&f.wait, "wait", "w", false, "wait for the results and print them")
+	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (default: no limit)")
+	fs.StringVarP(&f.output, "output", "o", "table", "output format: table or json (one object per line)")
+	return cmd
+}
+
+// specs builds the job specs from the flags and either the command line or
+// a JSONL batch.
+func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, error) {
+	if f.output != "table" && f.output != "json" {
+		return nil, fmt.Errorf("--output %q: want table or json", f.output)
+	}
+	if f.file != "" {
+		if len(args) > 0 {
+			return nil, errors.New("give either --file or a command, not both")
+		}
+		var r io.Reader = os.Stdin
+		if f.file != "-" {
+			fh, err := os.Open(f.file)
+			if err != nil {
+				return nil, err
+			}
+			defer fh.Close()
+			r = fh
+		}
+		return readJSONL(r, f.file)
+	}
+	if len(args) == 0 {
+		return nil, errors.New("no command: paddock submit [flags] -- 'command' (or --file jobs.jsonl)")
+	}
+	s := job.Spec{ID: f.id, Command: strings.Join(args, " "), Image: f.image, Queue: f.queue, Workdir: f.workdir}
+	for _, kv := range f.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--env %q: want NAME=value", kv)
+		}
+		if s.Env == nil {
+			s.Env = map[string]string{}
+		}
+		s.Env[k] = v
+	}
+	for _, kv := range f.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--label %q: want key=value", kv)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
+	fl := cmd.Flags()
+	if fl.Changed("memory-mb") {
+		s.Limits.MemoryMB = &f.memoryMB
+	}
+	if fl.Changed("cpus") {
+		s.Limits.CPUs = &f.cpus
+	}
+	if fl.Changed("pids") {
+		s.Limits.Pids = &f.pids
+	}
+	if fl.Changed("timeout") {
+		s.Limits.CommandTimeoutS = &f.timeoutS
+	}
+	if fl.Changed("job-timeout") {
+		s.Limits.JobTimeoutS = &f.jobTimeoutS
+	}
+	if f.heal != "" {
+		s.Heal = &job.HealPolicy{Mode: job.HealMode(f.heal)}
+	}
+	return []job.Spec{s}, nil
+}
+
+func readJSONL(r io.Reader, name string) ([]job.Spec, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), job.MaxSpecBytes+1)
+	var specs []job.Spec
+	var errs []error
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		s, err := job.Decode([]byte(text))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: %w", name, line, err))
+			continue
+		}
+		specs = append(specs, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%s: no job specs", name)
+	}
+	return specs, nil
+}
+
+func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.Spec) error {
+	nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.Config{Logger: g.logger})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	prog := newProgress(os.Stderr, "submitted", len(specs))
+	subs, err := c.SubmitBatch(ctx, specs, prog.update)
+	prog.done()
+	var ids []string
+	for i, s := range subs {
+		if s.Err != nil {
+			fmt.Fprintf(os.Stderr, "job %d: not submitted: %v\n", i+1, s.Err)
+			continue
+		}
+		ids = append(ids, s.ID)
+	}
+	if len(ids) == 0 {
+		if err == nil {
+			err = errors.New("no job was submitted")
+		}
+		return err
+	}
+	if !f.wait {
+		for i, s := range subs {
+			if s.Err == nil {
+				if f.output == "json" {
+					fmt.Printf("{\"id\":%q,\"duplicate\":%t}\n", s.ID, s.Duplicate)
+				} else {
+					dup := ""
+					if s.Duplicate {
+						dup = " (duplicate: runs once)"
+					}
+					fmt.Printf("%s%s\n", s.ID, dup)
+				}
+				_ = i
+			}
+		}
+		if err != nil {
+			return &exitCodeError{exitFailure}
+		}
+		return nil
+	}
+	if f.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
+		defer cancel()
+	}
+	prog = newProgress(os.Stderr, "finished", len(ids))
+	results, werr := c.WaitAll(ctx, ids, prog.update)
+	prog.done()
+	if f.output == "json" {
+		printJSONL(os.Stdout, results)
+	} else if len(results) == 1 {
+		printResult(os.Stdout, results[0])
+	} else {
+		printTable(os.Stdout, results)
+	}
+	if werr != nil {
+		return fmt.Errorf("waiting for results: %w (the jobs keep running; `paddock wait ID` resumes)", werr)
+	}
+	for _, r := range results {
+		if r.State != job.StateSucceeded {
+			return &exitCodeError{exitJobs}
+		}
+	}
+	if err != nil {
+		return &exitCodeError{exitFailure}
+	}
+	return nil
+}
+
+func getCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Print a job's result, if it has finished",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return showResults(cmd.Context(), g, args, output, false)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func waitCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "wait ID...",
+		Short: "Wait for jobs to finish and print their results (works before and after they end)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return showResults(cmd.Context(), g, args, output, true)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func showResults(ctx context.Context, g *globals, ids []string, output string, wait bool) error {
+	nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.Config{Logger: g.logger})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var results []job.Result
+	if wait {
+		results, err = c.WaitAll(ctx, ids, nil)
+	} else {
+		var r job.Result
+		r, err = c.Get(ctx, ids[0])
+		if errors.Is(err, client.ErrNotFinished) {
+			return fmt.Errorf("job %s has no result yet (still queued or running, or unknown): `paddock wait %s` waits for it", ids[0], ids[0])
+		}
+		results = []job.Result{r}
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case output == "json":
+		printJSONL(os.Stdout, results)
+	case len(results) == 1:
+		printResult(os.Stdout, results[0])
+	default:
+		printTable(os.Stdout, results)
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+// Package results is the single place where a job's terminal state is
+// decided and made visible.
+//
+// A Store writes a job's Result to Redis with SET NX (first writer wins, so
+// every accepted job ends with exactly one terminal state, whoever finishes
+// it: a worker, the scheduler rejecting it, or a cancel) and then publishes
+// the stored result on job.ResultSubject(id) in the JetStream stream
+// job.StreamResults, where clients read it (last message per subject) before
+// and after the job ends. The publish is idempotent (Nats-Msg-Id
+// "result-<id>"), so calling Record again after a crash between the Redis
+// write and the publish repairs the missing publish.
+//
+// EnsureStreams creates or updates the two JetStream streams Paddock uses.
+// The Store also keeps the small per-job counters and flags the scheduler
+// and worker share: run counts (BeginRun), the cancel flag (Cancel,
+// Canceled) and the id claim that stops two different submissions with the
+// same id from both being scheduled (Claim).
+//
+// Redis keys, all prefixed with StoreConfig.KeyPrefix and expiring after
+// StoreConfig.Retention:
+//
+//	<prefix>result:<id>  the authoritative Result JSON
+//	<prefix>claim:<id>   which submission owns the id
+//	<prefix>runs:<id>    how many times a worker started the job
+//	<prefix>cancel:<id>  present when the job was canceled
+package results

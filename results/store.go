@@ -1,0 +1,278 @@
+package results
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+var (
+	// ErrNotFound: no result is stored for the id (the job has not finished,
+	// is unknown, or its result expired).
+	ErrNotFound = errors.New("results: not found")
+	// ErrInvalid is wrapped when Record is given a result it cannot store
+	// (invalid id or reason, state not matching the reason).
+	ErrInvalid = errors.New("results: invalid result")
+	// ErrNotPublished is wrapped when the result is stored in Redis (the
+	// returned stored/first values are valid) but its publish on NATS failed.
+	// Calling Record again with any result for the id repairs it.
+	ErrNotPublished = errors.New("results: stored but not published")
+)
+
+// HeaderTrimmed is set ("1") on a published result whose outputs were cut to
+// fit the NATS max_payload; Store.Get returns the whole result.
+const HeaderTrimmed = "Paddock-Result-Trimmed"
+
+// StoreConfig configures a Store. A zero field takes its default.
+type StoreConfig struct {
+	// Retention of every key the Store writes. Default 24h (DefaultRetention);
+	// keep it equal to StreamConfig.ResultRetention.
+	Retention time.Duration
+	// KeyPrefix of every Redis key. Default "paddock:".
+	KeyPrefix string
+	// Logger, default slog.Default(); the store logs with component=results.
+	Logger *slog.Logger
+	// Timeout applied to a call whose ctx has no deadline. Default 10s.
+	Timeout time.Duration
+}
+
+// Store records and reads terminal results (Redis is authoritative, NATS
+// carries them to clients). It is safe for concurrent use.
+type Store struct {
+	rdb redis.UniversalClient
+	js  jetstream.JetStream
+	cfg StoreConfig
+	log *slog.Logger
+}
+
+//go:embed setnx.lua
+var setNXSource string
+
+var setNXScript = redis.NewScript(setNXSource)
+
+// NewStore returns a Store over rdb (results, counters, flags) and js (the
+// PADDOCK_RESULTS stream). Non-positive durations take their defaults.
+func NewStore(rdb redis.UniversalClient, js jetstream.JetStream, cfg StoreConfig) *Store {
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = "paddock:"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &Store{rdb: rdb, js: js, cfg: cfg, log: cfg.Logger.With("component", "results")}
+}
+
+func (s *Store) key(kind, id string) string { return s.cfg.KeyPrefix + kind + ":" + id }
+
+// withTimeout applies the default deadline when ctx has none.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+// Record makes r the job's terminal result unless one is already stored:
+// SET <prefix>result:<id> NX PX retention. It returns the stored result
+// (r, completed with V, State and FinishedAt, when first is true; the earlier
+// one, unchanged, when first is false) and then always publishes the stored
+// result on job.ResultSubject(id), so that calling Record again repairs a
+// publish lost in a crash. On a publish failure the error wraps
+// ErrNotPublished and stored/first are still valid.
+func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, first bool, err error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if err := complete(&r); err != nil {
+		return job.Result{}, false, err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return job.Result{}, false, fmt.Errorf("results: encode %s: %w", r.ID, err)
+	}
+	first, raw, err := s.setNX(ctx, s.key("result", r.ID), string(data))
+	if err != nil {
+		return job.Result{}, false, fmt.Errorf("results: record %s: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(raw), &stored); err != nil {
+		return job.Result{}, false, fmt.Errorf("results: stored result of %s is corrupt: %w", r.ID, err)
+	}
+	if err := s.publish(ctx, stored, []byte(raw)); err != nil {
+		return stored, first, fmt.Errorf("%w: %s: %w", ErrNotPublished, r.ID, err)
+	}
+	return stored, first, nil
+}
+
+// complete validates r and fills the fields a stored result always has.
+func complete(r *job.Result) error {
+	if !job.ValidID(r.ID) {
+		return fmt.Errorf("%w: id %q must match [A-Za-z0-9._-]{1,128}", ErrInvalid, r.ID)
+	}
+	if !r.Reason.Valid() {
+		return fmt.Errorf("%w: %s: unknown reason %q", ErrInvalid, r.ID, r.Reason)
+	}
+	if r.State == "" {
+		r.State = r.Reason.State()
+	}
+	if r.State != r.Reason.State() {
+		return fmt.Errorf("%w: %s: state %q does not match reason %q (want %q)", ErrInvalid, r.ID, r.State, r.Reason, r.Reason.State())
+	}
+	r.V = job.Version
+	if r.FinishedAt.IsZero() {
+		r.FinishedAt = time.Now().UTC()
+	}
+	return nil
+}
+
+// setNX runs setnx.lua: created reports whether this call wrote val;
+// current is what the key holds now.
+func (s *Store) setNX(ctx context.Context, key, val string) (created bool, current string, err error) {
+	// The key can expire between the failed SET and the GET; try again then.
+	for range 3 {
+		res, err := setNXScript.Run(ctx, s.rdb, []string{key}, val, s.cfg.Retention.Milliseconds()).Slice()
+		if err != nil {
+			return false, "", err
+		}
+		if len(res) != 2 {
+			return false, "", fmt.Errorf("unexpected script reply %v", res)
+		}
+		if cur, ok := res[1].(string); ok {
+			n, _ := res[0].(int64)
+			return n == 1, cur, nil
+		}
+	}
+	return false, "", errors.New("key kept expiring between SET NX and GET")
+}
+
+// publish puts the stored result on its subject. The message id makes a
+// republish within the stream's duplicate window a no-op; after it, the new
+// copy replaces the old one (MaxMsgsPerSubject 1), so a republish is always
+// harmless.
+func (s *Store) publish(ctx context.Context, r job.Result, data []byte) error {
+	msg := nats.NewMsg(job.ResultSubject(r.ID))
+	msg.Data = data
+	if limit := s.payloadLimit(); limit > 0 && len(data) > limit {
+		small, err := fit(r, limit)
+		if err != nil {
+			return err
+		}
+		msg.Data = small
+		msg.Header.Set(HeaderTrimmed, "1")
+		s.log.Warn("result too large for NATS max_payload: published with outputs cut; the whole result stays in Redis",
+			"job", r.ID, "bytes", len(data), "published_bytes", len(small))
+	}
+	_, err := s.js.PublishMsg(ctx, msg,
+		jetstream.WithMsgID("result-"+r.ID),
+		jetstream.WithExpectStream(job.StreamResults))
+	return err
+}
+
+// payloadLimit is the server's max_payload minus room for headers.
+func (s *Store) payloadLimit() int {
+	mp := s.js.Conn().MaxPayload()
+	if mp <= 0 {
+		return 0
+	}
+	return int(mp) - 4096
+}
+
+// Get returns the stored result of id, or an error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (job.Result, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	raw, err := s.rdb.Get(ctx, s.key("result", id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return job.Result{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return job.Result{}, fmt.Errorf("results: get %s: %w", id, err)
+	}
+	var r job.Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return job.Result{}, fmt.Errorf("results: stored result of %s is corrupt: %w", id, err)
+	}
+	return r, nil
+}
+
+// BeginRun counts one more start of the job and returns the run number
+// (1 for the first start). The counter expires after the retention.
+func (s *Store) BeginRun(ctx context.Context, id string) (int, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	key := s.key("runs", id)
+	var incr *redis.IntCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		incr = p.Incr(ctx, key)
+		p.PExpire(ctx, key, s.cfg.Retention)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("results: begin run %s: %w", id, err)
+	}
+	return int(incr.Val()), nil
+}
+
+// Cancel marks the job canceled (the flag expires after the retention) and
+// sends a best-effort empty message on job.CancelSubject(id) so that a
+// worker running the job can stop it. Whoever next handles the job (the
+// scheduler before enqueueing, the worker before running) records the
+// canceled result.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if err := s.rdb.Set(ctx, s.key("cancel", id), "1", s.cfg.Retention).Err(); err != nil {
+		return fmt.Errorf("results: cancel %s: %w", id, err)
+	}
+	nc := s.js.Conn()
+	err := nc.Publish(job.CancelSubject(id), nil)
+	if err == nil {
+		err = nc.FlushWithContext(ctx)
+	}
+	if err != nil {
+		s.log.Warn("cancel notification not sent; the flag is set", "job", id, "err", err)
+	}
+	return nil
+}
+
+// Canceled reports whether Cancel was called for id within the retention.
+func (s *Store) Canceled(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	n, err := s.rdb.Exists(ctx, s.key("cancel", id)).Result()
+	if err != nil {
+		return false, fmt.Errorf("results: canceled %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Claim makes owner the one submission allowed to schedule id (SET NX, for
+// the retention). ok is true when owner holds the claim, whether this call
+// or an earlier one with the same owner took it; otherwise holder names the
+// submission that did. The scheduler passes a token naming the JetStream
+// message, so a redelivery of the same message keeps its claim while a
+// second submission with the same id (in another queue, or after the
+// stream's duplicate window) is refused.
+func (s *Store) Claim(ctx context.Context, id, owner string) (holder string, ok bool, err error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	_, holder, err = s.setNX(ctx, s.key("claim", id), owner)
+	if err != nil {
+		return "", false, fmt.Errorf("results: claim %s: %w", id, err)
+	}
+	return holder, holder == owner, nil
+}

@@ -1,0 +1,132 @@
+package results
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// ErrConfig is wrapped by every invalid-configuration error of this package.
+var ErrConfig = errors.New("results: invalid config")
+
+// StreamConfig sizes the JetStream streams. A zero field takes its default.
+type StreamConfig struct {
+	// DedupeWindow is how long PADDOCK_JOBS remembers a Nats-Msg-Id (the job
+	// id), so that a resubmission within it is dropped by the server.
+	// Default 10m.
+	DedupeWindow time.Duration
+	// ResultRetention is how long PADDOCK_RESULTS keeps a result. Default 24h;
+	// keep it equal to StoreConfig.Retention.
+	ResultRetention time.Duration
+	// Replicas of both streams (1, 3 or 5 in a NATS cluster). Default 1.
+	Replicas int
+}
+
+// Defaults of StreamConfig.
+const (
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultRetention    = 24 * time.Hour
+)
+
+func (c StreamConfig) withDefaults() (StreamConfig, error) {
+	if c.DedupeWindow < 0 || c.ResultRetention < 0 || c.Replicas < 0 {
+		return c, fmt.Errorf("%w: negative DedupeWindow, ResultRetention or Replicas", ErrConfig)
+	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
+	if c.ResultRetention == 0 {
+		c.ResultRetention = DefaultRetention
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	return c, nil
+}
+
+// JobsStreamConfig is the PADDOCK_JOBS stream EnsureStreams creates.
+func JobsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	return jetstream.StreamConfig{
+		Name:        job.StreamJobs,
+		Description: "Paddock job submissions; removed once a scheduler has enqueued (or rejected) them",
+		Subjects:    []string{job.SubjectSubmit},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  cfg.DedupeWindow,
+		Replicas:    cfg.Replicas,
+	}, nil
+}
+
+// ResultsStreamConfig is the PADDOCK_RESULTS stream EnsureStreams creates.
+func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	return jetstream.StreamConfig{
+		Name:              job.StreamResults,
+		Description:       "Paddock terminal results: the last one per job, for the retention period",
+		Subjects:          []string{job.SubjectResultPrefix + ">"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            cfg.ResultRetention,
+		// The server requires the duplicate window to fit in MaxAge.
+		Duplicates:  min(2*time.Minute, cfg.ResultRetention),
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}, nil
+}
+
+// EnsureStreams creates job.StreamJobs and job.StreamResults, or updates them
+// to cfg when they exist. It is idempotent and safe to run from several
+// schedulers starting at once.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
+	jobs, err := JobsStreamConfig(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := ResultsStreamConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, sc := range []jetstream.StreamConfig{jobs, res} {
+		if err := ensureStream(ctx, js, sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureStream is CreateOrUpdateStream made safe against a concurrent
+// creator: when two processes both see "not found", one create loses with
+// "name already in use" and must update instead.
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	var err error
+	for range 5 {
+		if _, err = js.UpdateStream(ctx, sc); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			break
+		}
+		if _, err = js.CreateStream(ctx, sc); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			break
+		}
+	}
+	return fmt.Errorf("results: ensure stream %s: %w (an existing stream with an incompatible configuration, e.g. another retention policy, must be migrated or deleted by the operator)", sc.Name, err)
+}

@@ -1,0 +1,139 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// ErrConfig is wrapped by every invalid-configuration error of New.
+var ErrConfig = errors.New("scheduler: invalid config")
+
+// TracerName is the instrumentation name of the default tracer.
+const TracerName = "github.com/paddockhq/paddock/scheduler"
+
+// TaskTimeoutMargin is added to a job's timeout to form the asynq task
+// timeout, so that the worker's own job deadline fires first and the task
+// deadline only catches a stuck handler.
+const TaskTimeoutMargin = 2 * time.Minute
+
+// Config configures a Scheduler. A zero field takes its default, filled in
+// withDefaults.
+type Config struct {
+	// Caps are the operator's limits every spec is validated against.
+	Caps job.Caps
+	// Consumer is the durable consumer name shared by all schedulers.
+	// Default job.ConsumerSchedulers.
+	Consumer string
+	// Concurrency bounds the messages processed at once, and the messages
+	// pulled ahead. Default 8.
+	Concurrency int
+	// AckWait is the consumer's ack deadline; a message unacked after it is
+	// redelivered (a crashed scheduler's messages come back after AckWait).
+	// Each message is processed within AckWait/2. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is the number of deliveries after which a job that still
+	// cannot be enqueued ends with an `infra` result. Default 10; negative:
+	// retry forever. Failures to reach Redis never end a job: its message
+	// waits for Redis.
+	MaxDeliver int
+	// MaxRetry is the asynq retry budget of a task (infrastructure retries;
+	// the job's own failures are terminal). Default 3; negative: none.
+	MaxRetry int
+	// TaskRetention keeps a completed task (and with it the TaskID
+	// de-duplication) in Redis. Default 24h.
+	TaskRetention time.Duration
+	// BackoffMin and BackoffMax bound the redelivery delay after a failure
+	// (doubling per delivery, ±20% jitter). Default 1s and 30s.
+	BackoffMin, BackoffMax time.Duration
+	// ShutdownTimeout bounds how long Stop waits for messages in flight.
+	// Default 10s.
+	ShutdownTimeout time.Duration
+	// Logger, default slog.Default(); the scheduler logs with
+	// component=scheduler.
+	Logger *slog.Logger
+	// Tracer, default otel.Tracer(TracerName).
+	Tracer trace.Tracer
+	// Propagator, default otel.GetTextMapPropagator() (read at each use).
+	Propagator propagation.TextMapPropagator
+	// Now, default time.Now.
+	Now func() time.Time
+}
+
+var consumerPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (c Config) withDefaults() (Config, error) {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if c.Consumer == "" {
+		c.Consumer = job.ConsumerSchedulers
+	}
+	if !consumerPattern.MatchString(c.Consumer) {
+		bad("Consumer %q must match [A-Za-z0-9_-]{1,64}", c.Consumer)
+	}
+	if c.Concurrency < 0 {
+		bad("Concurrency %d is negative", c.Concurrency)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.AckWait < time.Second {
+		bad("AckWait %s is below 1s", c.AckWait)
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 10
+	}
+	if c.MaxRetry == 0 {
+		c.MaxRetry = 3
+	}
+	if c.MaxRetry < 0 {
+		c.MaxRetry = 0
+	}
+	if c.TaskRetention == 0 {
+		c.TaskRetention = 24 * time.Hour
+	}
+	if c.TaskRetention < 0 {
+		bad("TaskRetention %s is negative", c.TaskRetention)
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(30*time.Second, c.BackoffMin)
+	}
+	if c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin {
+		bad("backoff [%s, %s] is not a valid range", c.BackoffMin, c.BackoffMax)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Tracer == nil {
+		c.Tracer = otel.Tracer(TracerName)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.Caps = c.Caps.WithDefaults()
+	if len(errs) > 0 {
+		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
+	}
+	return c, nil
+}

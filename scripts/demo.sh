@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# demo.sh: start the all-in-one stack, run the examples/demo.jsonl batch
+# through NATS → scheduler → asynq → worker → fresh containers, print the
+# results, and stop the stack. Called by `make demo` after setup and build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=bin/paddock
+data=$(mktemp -d /tmp/paddock-demo.XXXXXX)
+log="$data/up.log"
+ready="$data/ready"
+
+stop() {
+	if [[ -n "${up_pid:-}" ]] && kill -0 "$up_pid" 2>/dev/null; then
+		kill -INT "$up_pid" 2>/dev/null || true
+		wait "$up_pid" 2>/dev/null || true
+	fi
+}
+trap stop EXIT
+
+echo "demo: starting the stack (paddock up; log: $log)"
+"$bin" up --data-dir "$data" --ready-file "$ready" >"$log" 2>&1 &
+up_pid=$!
+for _ in $(seq 1 600); do
+	[[ -f "$ready" ]] && break
+	if ! kill -0 "$up_pid" 2>/dev/null; then
+		echo "demo: paddock up exited; its log:" >&2
+		cat "$log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+[[ -f "$ready" ]] || { echo "demo: the stack was not ready after 60 s; log:" >&2; cat "$log" >&2; exit 1; }
+grep -E '^paddock: up' "$log" || true
+
+echo
+echo "demo: submitting $(grep -vc '^#' examples/demo.jsonl) jobs and one invalid job"
+echo
+rc=0
+"$bin" submit --wait --file examples/demo.jsonl || rc=$?
+echo
+echo "demo: an invalid job is rejected at the edge, with the field and the allowed range:"
+"$bin" submit --wait --memory-mb 999999 --pids 0 -- 'echo never runs' || true
+echo
+# Exit code 2 means "some jobs did not succeed": expected here.
+if [[ $rc -ne 0 && $rc -ne 2 ]]; then
+	echo "demo: submit failed (exit $rc); stack log:" >&2
+	tail -n 50 "$log" >&2
+	exit 1
+fi
+echo "demo: done. Run the stack yourself with 'bin/paddock up' and 'bin/paddock submit --wait -- \"echo hi\"'."

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# setup.sh: make this Debian 12 host ready to build and run Paddock.
+#
+#   scripts/setup.sh
+#
+# Idempotent and quick when nothing is missing (two dpkg/docker queries, well
+# under a second). Run as root; `make test` and `make demo` call it first.
+#
+#   1. installs the Debian packages Paddock needs, running `apt-get update`
+#      only when something is missing, with service starts disabled during the
+#      install (no redis-server is started on :6379; the tests run a private
+#      redis-server on a unix socket and `paddock up` starts its own);
+#   2. starts dockerd when `docker info` fails: through systemd when systemd
+#      is PID 1, otherwise in the background with its log in
+#      /var/log/paddock-dockerd.log, and waits for it (60 s at most).
+#
+# Environment:
+#   PADDOCK_DOCKERD_FLAGS   extra flags for dockerd when this script starts it,
+#                           e.g. "--storage-driver=vfs" (default: none; dockerd
+#                           picks overlay2 where the backing filesystem allows)
+#   PADDOCK_DOCKERD_WAIT    seconds to wait for dockerd (default 60)
+set -euo pipefail
+
+readonly DOCKERD_LOG=/var/log/paddock-dockerd.log
+readonly LOCK_FILE=/run/lock/paddock-setup.lock
+
+# Packages and why:
+#   docker.io       the container engine (pulls containerd, runc, iptables, tini)
+#   redis-server    asynq's broker; tests and `paddock up` start their own
+#   busybox-static  + bash-static: the 3 MB paddock/test image
+#   mmdebstrap      builds the Debian rootfs of paddock/sandbox without a registry
+#   ca-certificates apt over https mirrors, CA bundle for the paddock image
+#   cgroupfs-mount  mounts cgroups on hosts without systemd (as Debian's
+#                   /etc/init.d/docker does)
+readonly BASE_PACKAGES=(docker.io redis-server busybox-static bash-static mmdebstrap
+	ca-certificates cgroupfs-mount)
+
+log() { printf 'setup: %s\n' "$*"; }
+die() {
+	printf 'setup: error: %s\n' "$*" >&2
+	exit 1
+}
+
+require_root() {
+	if [[ ${EUID} -ne 0 ]]; then
+		die "run as root (sudo $0): it installs packages and starts dockerd"
+	fi
+	if [[ ! -r /etc/debian_version ]] || ! command -v apt-get >/dev/null; then
+		die "this script supports Debian 12 (bookworm) only; install the packages listed in $0 by hand"
+	fi
+}
+
+# Serialize concurrent runs (e.g. `make -j test demo`): apt and dockerd start-up
+# are not safe to race.
+take_lock() {
+	mkdir -p "$(dirname "${LOCK_FILE}")"
+	exec 9>"${LOCK_FILE}"
+	flock 9
+}
+
+wanted_packages() {
+	printf '%s\n' "${BASE_PACKAGES[@]}"
+	# Docker 20.10 refuses to start containers when the kernel has AppArmor
+	# enabled but apparmor_parser is missing.
+	if [[ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null || true)" == Y ]]; then
+		echo apparmor
+	fi
+}
+
+missing_packages() {
+	local pkg status
+	while read -r pkg; do
+		status="$(dpkg-query -W -f='${db:Status-Abbrev}' "${pkg}" 2>/dev/null || true)"
+		if [[ "${status}" != ii* ]]; then
+			echo "${pkg}"
+		fi
+	done < <(wanted_packages)
+}
+
+# Keep maintainer scripts from starting services (redis-server on :6379,
+# docker) while installing: policy-rc.d exit 101 = "action forbidden".
+# An existing policy-rc.d is left as it is.
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_RC_OURS=0
+block_service_starts() {
+	if [[ ! -e "${POLICY_RC}" ]]; then
+		printf '#!/bin/sh\n# written by paddock scripts/setup.sh during apt-get install\nexit 101\n' >"${POLICY_RC}"
+		chmod 0755 "${POLICY_RC}"
+		POLICY_RC_OURS=1
+	fi
+}
+unblock_service_starts() {
+	if [[ ${POLICY_RC_OURS} -eq 1 ]]; then
+		rm -f "${POLICY_RC}"
+		POLICY_RC_OURS=0
+	fi
+}
+
+install_packages() {
+	local missing
+	mapfile -t missing < <(missing_packages)
+	if [[ ${#missing[@]} -eq 0 ]]; then
+		return
+	fi
+	log "installing ${missing[*]} …"
+	export DEBIAN_FRONTEND=noninteractive
+	trap unblock_service_starts EXIT
+	block_service_starts
+	if ! apt-get update -q >/tmp/paddock-apt-update.log 2>&1; then
+		cat /tmp/paddock-apt-update.log >&2
+		die "apt-get update failed (log above): check the mirrors in /etc/apt/sources.list*"
+	fi
+	# --no-install-recommends: docker.io recommends git, needrestart and more
+	# that Paddock does not use; what it needs is listed above.
+	if ! apt-get install -y -q --no-install-recommends \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+		"${missing[@]}"; then
+		die "apt-get install ${missing[*]} failed (output above)"
+	fi
+	unblock_service_starts
+	trap - EXIT
+	mapfile -t missing < <(missing_packages)
+	if [[ ${#missing[@]} -ne 0 ]]; then
+		die "still missing after apt-get install: ${missing[*]}"
+	fi
+}
+
+docker_up() { docker info >/dev/null 2>&1; }
+
+cgroups_mounted() {
+	local fs
+	fs="$(stat -f -c %T /sys/fs/cgroup 2>/dev/null || true)"
+	case "${fs}" in
+	cgroup2fs) return 0 ;;
+	tmpfs) [[ -e /sys/fs/cgroup/memory/memory.limit_in_bytes || -e /sys/fs/cgroup/unified/cgroup.controllers ]] ;;
+	*) return 1 ;;
+	esac
+}
+
+start_dockerd() {
+	if docker_up; then
+		return
+	fi
+	if [[ -d /run/systemd/system ]]; then
+		log "starting docker.service …"
+		systemctl start docker.service || die "systemctl start docker failed: see journalctl -u docker"
+	else
+		if ! cgroups_mounted; then
+			log "mounting cgroups (cgroupfs-mount) …"
+			cgroupfs-mount || die "cgroupfs-mount failed: mount the cgroup hierarchies under /sys/fs/cgroup, then rerun"
+		fi
+		log "starting dockerd (log: ${DOCKERD_LOG}) …"
+		local -a flags=()
+		if [[ -n "${PADDOCK_DOCKERD_FLAGS:-}" ]]; then
+			read -r -a flags <<<"${PADDOCK_DOCKERD_FLAGS}"
+		fi
+		mkdir -p "$(dirname "${DOCKERD_LOG}")"
+		printf '\n=== %s paddock setup.sh: dockerd %s\n' "$(date -u +%FT%TZ)" "${flags[*]:-}" >>"${DOCKERD_LOG}"
+		# setsid: a new session, so dockerd outlives make and its process group.
+		setsid dockerd "${flags[@]}" </dev/null >>"${DOCKERD_LOG}" 2>&1 &
+	fi
+	local wait="${PADDOCK_DOCKERD_WAIT:-60}" i
+	for ((i = 0; i < wait * 4; i++)); do
+		if docker_up; then
+			return
+		fi
+		sleep 0.25
+	done
+	tail -n 20 "${DOCKERD_LOG}" >&2 2>/dev/null || true
+	die "dockerd did not answer within ${wait} s: read ${DOCKERD_LOG} (last lines above); on a host where overlay2 fails, retry with PADDOCK_DOCKERD_FLAGS=--storage-driver=vfs"
+}
+
+check_docker() {
+	local driver
+	driver="$(docker info --format '{{.Driver}}' 2>/dev/null || true)"
+	if [[ "${driver}" == vfs ]]; then
+		log "warning: Docker uses the vfs storage driver: container start-up is slow (full copy per container)"
+	fi
+}
+
+main() {
+	require_root
+	take_lock
+	install_packages
+	start_dockerd
+	check_docker
+	log ok
+}
+
+main "$@"

@@ -1,0 +1,15 @@
+// Package worker is the asynq side of Paddock: a stateless server that
+// claims jobs from Redis, runs each in a fresh sandbox session, and records
+// exactly one terminal result per job.
+//
+// For every task the handler re-validates the spec (never trusting the
+// queue), returns the stored result if the job already ended (a re-delivery
+// after a crash), honours a cancel flag, takes a never-used container, runs
+// the command (through the heal loop when one is configured), records the
+// result (Redis first-writer-wins, then NATS), and always destroys the
+// container: on success, failure, panic, cancellation and shutdown.
+//
+// Failures of the machinery (Docker engine, image, init) are kept apart from
+// the job's own: they are retried by the queue and end as state "infra" only
+// when the retries are spent.
+package worker

@@ -1,0 +1,422 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/sandbox"
+)
+
+// ErrConfig is wrapped by every invalid Config.
+var ErrConfig = errors.New("worker: invalid config")
+
+// Store is what the worker needs of results.Store.
+type Store interface {
+	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
+	Get(ctx context.Context, id string) (job.Result, error)
+	BeginRun(ctx context.Context, id string) (int, error)
+	Canceled(ctx context.Context, id string) (bool, error)
+}
+
+// Config configures a Worker. Zero fields take defaults.
+type Config struct {
+	// ID names this worker (container owner label, heartbeat key). Default
+	// hostname-pid; it must match the sandbox Runtime's Owner.
+	ID string
+	// Caps re-validate every spec taken from the queue.
+	Caps job.Caps
+	// Concurrency is the number of jobs run at once (default 4).
+	Concurrency int
+	// Queues maps queue names to weights (default {"default": 1}).
+	Queues map[string]int
+	// StrictPriority drains higher-weight queues first.
+	StrictPriority bool
+	// TaskCheckInterval is how often an idle worker polls Redis (default
+	// 100 ms; asynq's 1 s default adds up to a second to an idle fleet).
+	TaskCheckInterval time.Duration
+	// ShutdownTimeout is the drain grace on Stop (default 30 s): running
+	// jobs may finish within it; then their containers are killed and
+	// their tasks re-queued.
+	ShutdownTimeout time.Duration
+	// HeartbeatTTL of the worker's liveness key (default 30 s).
+	HeartbeatTTL time.Duration
+	// KeyPrefix of Paddock's Redis keys (default "paddock:").
+	KeyPrefix string
+	// SkipSelfTest skips the start-up sandbox self-test (tests only).
+	SkipSelfTest bool
+	// Now is the clock (tests).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.ID == "" {
+		h, _ := os.Hostname()
+		c.ID = h + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.Caps = c.Caps.WithDefaults()
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]int{}
+		for i, q := range c.Caps.Queues {
+			c.Queues[q] = len(c.Caps.Queues) - i
+		}
+	}
+	if c.TaskCheckInterval == 0 {
+		c.TaskCheckInterval = 100 * time.Millisecond
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = 30 * time.Second
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "paddock:"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("component", "worker", "worker", c.ID)
+	if c.Concurrency < 0 {
+		return c, fmt.Errorf("%w: concurrency %d", ErrConfig, c.Concurrency)
+	}
+	for q, w := range c.Queues {
+		if w <= 0 {
+			return c, fmt.Errorf("%w: queue %q has weight %d; weights must be > 0", ErrConfig, q, w)
+		}
+	}
+	return c, nil
+}
+
+// Worker runs jobs from asynq in sandbox sessions.
+type Worker struct {
+	rdb   redis.UniversalClient
+	rt    *sandbox.Runtime
+	store Store
+	cfg   Config
+	hb    *Heartbeat
+	reap  *sandbox.Reaper
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	srv     *asynq.Server
+	running bool
+}
+
+// New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
+// runtime; the worker starts and stops it) and store (results).
+func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if rt.Owner() != cfg.ID {
+		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
+	}
+	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger}
+	w.hb = NewHeartbeat(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL)
+	w.reap = sandbox.NewReaper(rt, w.hb)
+	return w, nil
+}
+
+// DefaultProfile is the sandbox profile of a job that asks for no limits:
+// it is kept warm from the start.
+func (w *Worker) DefaultProfile() sandbox.Profile {
+	c := w.cfg.Caps
+	return sandbox.Profile{Image: c.Images[0], MemoryMB: c.DefaultMemoryMB, CPUs: c.DefaultCPUs,
+		Pids: c.DefaultPids, TmpfsMB: c.DefaultTmpfsMB}
+}
+
+// Start brings the worker up in dependency order: sandbox runtime (warm
+// pool), self-test (refuse to start when a limit does not apply), heartbeat,
+// reaper, then intake from the queue. Idempotent.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running {
+		return nil
+	}
+	if err := w.rt.Start(ctx, w.DefaultProfile()); err != nil {
+		return err
+	}
+	if !w.cfg.SkipSelfTest {
+		t0 := time.Now()
+		if err := w.rt.SelfTest(ctx, w.DefaultProfile()); err != nil {
+			w.rt.Stop()
+			return err
+		}
+		w.log.Info("sandbox self-test passed", "image", w.DefaultProfile().Image, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	if err := w.hb.Start(ctx); err != nil {
+		w.rt.Stop()
+		return fmt.Errorf("worker: heartbeat: %w", err)
+	}
+	_ = w.reap.Start(ctx)
+	srv := asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+		Concurrency:       w.cfg.Concurrency,
+		Queues:            w.cfg.Queues,
+		StrictPriority:    w.cfg.StrictPriority,
+		TaskCheckInterval: w.cfg.TaskCheckInterval,
+		ShutdownTimeout:   w.cfg.ShutdownTimeout,
+		RetryDelayFunc:    retryDelay,
+		Logger:            asynqLogger{w.log.With("component", "asynq")},
+		LogLevel:          asynq.WarnLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(w.ProcessTask)); err != nil {
+		w.reap.Stop()
+		w.hb.Stop()
+		w.rt.Stop()
+		return fmt.Errorf("worker: start asynq server: %w", err)
+	}
+	w.srv, w.running = srv, true
+	return nil
+}
+
+// Stop shuts down in dependency order: stop claiming tasks and let running
+// jobs finish within ShutdownTimeout (then their contexts end, their
+// containers are destroyed and asynq re-queues them), stop the reaper and
+// the heartbeat, then destroy the warm pool. Idempotent.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.running {
+		return
+	}
+	w.running = false
+	w.srv.Shutdown()
+	w.reap.Stop()
+	w.hb.Stop()
+	w.rt.Stop()
+}
+
+// retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	return min(time.Duration(1<<min(n, 5))*time.Second, 30*time.Second)
+}
+
+// ProcessTask is the asynq handler of job.TaskType.
+func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	started := w.cfg.Now()
+	taskID, _ := asynq.GetTaskID(ctx)
+	log := w.log.With("job", taskID)
+
+	spec, err := job.Decode(t.Payload())
+	if err == nil && spec.ID != "" && spec.ID != taskID {
+		err = fmt.Errorf("%w: payload id %q differs from task id %q", job.ErrInvalid, spec.ID, taskID)
+	}
+	var eff job.Effective
+	if err == nil {
+		eff, err = job.Validate(&spec, w.cfg.Caps)
+	}
+	if err != nil {
+		res := job.Result{ID: taskID, Error: "rejected by the worker: " + err.Error(), Errors: job.FieldErrors(err), FinishedAt: w.cfg.Now()}
+		res.Finish(job.ReasonRejected)
+		return w.record(ctx, log, res)
+	}
+	job.Normalize(&spec, w.cfg.Caps)
+	id := taskID
+
+	// A job that already ended (re-delivery after a crash, a duplicate)
+	// is not run again; its result is published again in case the crash
+	// came between the Redis write and the publish.
+	if prev, err := w.store.Get(ctx, id); err == nil {
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		_, _, err := w.store.Record(dctx, prev)
+		if errors.Is(err, results.ErrNotPublished) {
+			return err // retry the publish later
+		}
+		return err
+	} else if !errors.Is(err, results.ErrNotFound) {
+		return fmt.Errorf("worker: read result of %s: %w", id, err)
+	}
+	res := job.Result{
+		ID: id, Image: spec.Image, Queue: spec.Queue, Labels: spec.Labels, Limits: &eff,
+		SubmittedAt: spec.SubmittedAt, QueuedAt: queuedAt(t), StartedAt: started, Worker: w.cfg.ID,
+	}
+	if canceled, err := w.store.Canceled(ctx, id); err != nil {
+		return fmt.Errorf("worker: read cancel flag of %s: %w", id, err)
+	} else if canceled {
+		res.Error = "canceled before it started"
+		res.FinishedAt = w.cfg.Now()
+		res.Finish(job.ReasonCanceled)
+		return w.record(ctx, log, res)
+	}
+	run, err := w.store.BeginRun(ctx, id)
+	if err != nil {
+		return fmt.Errorf("worker: begin run of %s: %w", id, err)
+	}
+	res.Runs = run
+
+	profile := sandbox.Profile{Image: spec.Image, MemoryMB: eff.MemoryMB, CPUs: eff.CPUs, Pids: eff.Pids, TmpfsMB: eff.TmpfsMB}
+	sess, err := w.rt.Acquire(ctx, profile, sandbox.SessionOptions{
+		Deadline: started.Add(eff.JobTimeout),
+		Labels:   map[string]string{sandbox.LabelJob: id, sandbox.LabelAttempt: strconv.Itoa(run)},
+		Env:      jobEnv(spec, id),
+	})
+	if err != nil {
+		return w.infraFail(ctx, log, res, err)
+	}
+	defer sess.Close()
+	log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
+
+	t0 := w.cfg.Now()
+	out, err := sess.Run(ctx, sandbox.Command{
+		Script: spec.Command, Dir: spec.Workdir, Timeout: eff.CommandTimeout, OutputBytes: eff.OutputBytes,
+	})
+	att := job.Attempt{N: 1, Action: job.ActionInitial, Command: spec.Command, StartedAt: t0,
+		DurationMS: w.cfg.Now().Sub(t0).Milliseconds()}
+	switch {
+	case err == nil, errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout:
+		// The command ended (a job-deadline kill is the job's timeout).
+	case ctx.Err() != nil:
+		// Canceled by the user, or the worker is shutting down / lost the
+		// task's lease: the container is already destroyed.
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		if c, _ := w.store.Canceled(dctx, id); c {
+			res.Error = "canceled while running; its container was killed"
+			res.Attempts = append(res.Attempts, withReason(att, job.ReasonCanceled, -1))
+			res.FinishedAt = w.cfg.Now()
+			res.Finish(job.ReasonCanceled)
+			return w.record(ctx, log, res)
+		}
+		log.Warn("job interrupted; the queue will run it again", "cause", context.Cause(ctx))
+		return fmt.Errorf("worker: job %s interrupted: %w", id, context.Cause(ctx))
+	default:
+		return w.infraFail(ctx, log, res, err)
+	}
+	reason := job.Reason(out.Reason)
+	att = withReason(att, reason, out.ExitCode)
+	att.StderrTail = tailString(out.Stderr, 2048)
+	res.Attempts = append(res.Attempts, att)
+	code := out.ExitCode
+	res.ExitCode = &code
+	res.Stdout, res.Stderr = toOutput(out.Stdout), toOutput(out.Stderr)
+	res.FinishedAt = w.cfg.Now()
+	res.Finish(reason)
+	if reason == job.ReasonTimeout {
+		res.Error = fmt.Sprintf("killed after the %s timeout (every process of the command was killed)", timeoutOf(err, eff))
+	}
+	return w.record(ctx, log, res)
+}
+
+func timeoutOf(err error, eff job.Effective) time.Duration {
+	if err != nil {
+		return eff.JobTimeout
+	}
+	return eff.CommandTimeout
+}
+
+// infraFail retries a retryable sandbox failure through the queue while
+// retries remain; then the job ends as infra with what to do.
+func (w *Worker) infraFail(ctx context.Context, log *slog.Logger, res job.Result, cause error) error {
+	retry, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if ctx.Err() != nil {
+		return fmt.Errorf("worker: job %s interrupted: %w", res.ID, context.Cause(ctx))
+	}
+	if sandbox.IsRetryable(cause) && retry < maxRetry {
+		log.Warn("infrastructure failure; the queue will retry", "err", cause, "retry", retry, "max_retry", maxRetry)
+		return cause
+	}
+	res.Error = fmt.Sprintf("%v (after %d of %d tries; this is a failure of the worker's infrastructure, not of the job: check the worker's Docker engine and image)", cause, retry+1, maxRetry+1)
+	res.FinishedAt = w.cfg.Now()
+	res.Finish(job.ReasonInfra)
+	if err := w.record(ctx, log, res); err != nil {
+		return err
+	}
+	return fmt.Errorf("%v: %w", cause, asynq.SkipRetry)
+}
+
+// record writes the terminal result on a detached context: a final write
+// must not be lost to the cancellation that ended the job.
+func (w *Worker) record(ctx context.Context, log *slog.Logger, res job.Result) error {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	stored, first, err := w.store.Record(dctx, res)
+	if err != nil && !errors.Is(err, results.ErrNotPublished) {
+		return fmt.Errorf("worker: record result of %s: %w", res.ID, err)
+	}
+	if err != nil {
+		log.Warn("result stored but not published; a re-delivery or Get repairs it", "err", err)
+	}
+	if !first {
+		log.Info("job already had a result; kept the first", "state", stored.State, "reason", stored.Reason)
+	}
+	log.Debug("job finished", "state", stored.State, "reason", stored.Reason)
+	return nil
+}
+
+// detached returns a context that outlives ctx's cancellation, with its own
+// deadline, for final writes and cleanup.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+}
+
+func withReason(a job.Attempt, r job.Reason, code int) job.Attempt {
+	a.Reason, a.ExitCode = r, code
+	return a
+}
+
+// jobEnv is the job's own env plus what Paddock tells it; nothing of the
+// worker's environment.
+func jobEnv(spec job.Spec, id string) map[string]string {
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env["PADDOCK_JOB_ID"] = id
+	return env
+}
+
+func queuedAt(t *asynq.Task) time.Time {
+	ts, err := time.Parse(time.RFC3339Nano, t.Headers()[job.TaskHeaderQueuedAt])
+	if err != nil {
+		return time.Time{}
+	}
+	return ts
+}
+
+func toOutput(o sandbox.Output) job.Output {
+	out := job.Output{Text: strings.ToValidUTF8(string(o.Head), "\uFFFD"), Bytes: o.Bytes, Truncated: o.Truncated}
+	if o.Truncated {
+		out.Tail = strings.ToValidUTF8(string(o.Tail), "\uFFFD")
+		out.OmittedBytes = o.Bytes - int64(len(o.Head)) - int64(len(o.Tail))
+	}
+	return out
+}
+
+// tailString returns at most n bytes of the end of o, on a rune boundary.
+func tailString(o sandbox.Output, n int) string {
+	b := o.Head
+	if o.Truncated {
+		b = o.Tail
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+		for len(b) > 0 && !utf8.RuneStart(b[0]) {
+			b = b[1:]
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}

@@ -113,6 +113,17 @@ should_build() {
 	fi
 }
 
+image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+
+# drop_previous OLD_ID IMAGE removes the image a rebuild replaced, now untagged;
+# the engine refuses (and we ignore it) while containers still use it.
+drop_previous() {
+	local old="$1" image="$2"
+	if [[ -n "${old}" && "${old}" != "$(image_id "${image}")" ]]; then
+		docker image rm "${old}" >/dev/null 2>&1 || true
+	fi
+}
+
 report() {
 	local image="$1" started="$2" size
 	size="$(docker image inspect --format '{{.Size}}' "${image}")"
@@ -196,15 +207,18 @@ test_recipe() {
 }
 
 build_test() {
-	local image=paddock/test:latest recipe started ctx
+	local image=paddock/test:latest recipe started ctx old
 	recipe="$(test_recipe)"
 	should_build "${image}" "${recipe}" || return 0
+	[[ -f "${IMAGES_DIR}/test.Dockerfile" ]] || die "${IMAGES_DIR}/test.Dockerfile missing: run from a full checkout"
 	started="$(now)"
+	old="$(image_id "${image}")"
 	ctx="$(new_workdir test)"
 	chmod 0755 "${ctx}"
 	test_context "${ctx}"
 	docker_build "${ctx}" "${IMAGES_DIR}/test.Dockerfile" "${image}" \
 		--label "io.paddock.recipe=${recipe}" --label org.opencontainers.image.title=paddock/test
+	drop_previous "${old}" "${image}"
 	report "${image}" "${started}"
 }
 
@@ -292,12 +306,13 @@ sandbox_recipe() {
 # build_debian IMAGE PACKAGE... builds a bookworm rootfs with mmdebstrap and
 # loads it with docker import.
 build_debian() {
-	local image="$1" recipe started dir tar t0 include hook opt line
+	local image="$1" recipe started dir tar t0 include hook opt line old
 	shift
 	recipe="$(sandbox_recipe "$@")"
 	should_build "${image}" "${recipe}" || return 0
 	require mmdebstrap mmdebstrap
 	started="$(now)"
+	old="$(image_id "${image}")"
 	dir="$(new_workdir "${image//[\/:]/-}")"
 	tar="${dir}/rootfs.tar"
 	include="$(IFS=,; echo "$*")"
@@ -343,6 +358,7 @@ build_debian() {
 		die "docker import of ${image} failed (output above)"
 	log "${image}: imported in $(elapsed "${t0}") s"
 	rm -f "${tar}"
+	drop_previous "${old}" "${image}"
 	report "${image}" "${started}"
 }
 
@@ -354,9 +370,10 @@ build_sandbox_pip() {
 # ------------------------------------------------------------- paddock image
 
 build_paddock() {
-	local image=paddock/paddock:latest started ctx rootfs pkg t0
+	local image=paddock/paddock:latest started ctx rootfs pkg t0 old
 	log "${image}: building (binaries, then image)"
 	started="$(now)"
+	old="$(image_id "${image}")"
 	require go "golang (https://go.dev/dl, Go 1.26)"
 	for pkg in cmd/paddock cmd/paddock-init; do
 		[[ -d "${ROOT}/${pkg}" ]] || die "${ROOT}/${pkg} does not exist yet: nothing to build for ${image}"
@@ -383,6 +400,7 @@ build_paddock() {
 	printf '%s\n' 'root:x:0:' 'nonroot:x:65532:' >"${rootfs}/etc/group"
 	docker_build "${ctx}" "${IMAGES_DIR}/paddock-local.Dockerfile" "${image}" \
 		--label org.opencontainers.image.title=paddock/paddock
+	drop_previous "${old}" "${image}"
 	report "${image}" "${started}"
 }
 

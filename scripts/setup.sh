@@ -138,6 +138,7 @@ cgroups_mounted() {
 }
 
 start_dockerd() {
+	local pid=""
 	if docker_up; then
 		return
 	fi
@@ -158,11 +159,16 @@ start_dockerd() {
 		printf '\n=== %s paddock setup.sh: dockerd %s\n' "$(date -u +%FT%TZ)" "${flags[*]:-}" >>"${DOCKERD_LOG}"
 		# setsid: a new session, so dockerd outlives make and its process group.
 		setsid dockerd "${flags[@]}" </dev/null >>"${DOCKERD_LOG}" 2>&1 &
+		pid=$!
 	fi
 	local wait="${PADDOCK_DOCKERD_WAIT:-60}" i
 	for ((i = 0; i < wait * 4; i++)); do
 		if docker_up; then
 			return
+		fi
+		if [[ -n "${pid}" ]] && ! kill -0 "${pid}" 2>/dev/null; then
+			tail -n 20 "${DOCKERD_LOG}" >&2 || true
+			die "dockerd exited at start-up: read ${DOCKERD_LOG} (last lines above)"
 		fi
 		sleep 0.25
 	done

@@ -227,7 +227,6 @@ func TestDuplicateSubmissionsRunOnce(t *testing.T) {
 	assert.Equal(t, 1, again.Runs)
 }
 
-
 func TestBatch(t *testing.T) {
 	s := newStack(t, func(c *worker.Config) { c.Concurrency = 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

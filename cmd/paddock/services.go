@@ -121,15 +121,15 @@ func (c *capsFlags) queueWeights() map[string]int {
 
 // workerFlags configure a worker and its sandbox.
 type workerFlags struct {
-	id               string
-	concurrency      int
-	poolSize         int
-	initPath         string
-	runtime          string
-	shutdownTimeout  time.Duration
-	taskCheck        time.Duration
-	skipSelfTest     bool
-	outputKillMB     int64
+	id              string
+	concurrency     int
+	poolSize        int
+	initPath        string
+	runtime         string
+	shutdownTimeout time.Duration
+	taskCheck       time.Duration
+	skipSelfTest    bool
+	outputKillMB    int64
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {

@@ -18,11 +18,11 @@ import (
 
 type submitFlags struct {
 	file, id, image, queue, workdir, heal, output string
-	env, labels                                  []string
-	memoryMB, pids, timeoutS, jobTimeoutS        int64
-	cpus                                         float64
-	wait                                         bool
-	waitTimeout                                  time.Duration
+	env, labels                                   []string
+	memoryMB, pids, timeoutS, jobTimeoutS         int64
+	cpus                                          float64
+	wait                                          bool
+	waitTimeout                                   time.Duration
 }
 
 func submitCmd(g *globals) *cobra.Command {

@@ -60,10 +60,10 @@ type Hello struct {
 
 // Exit reports how a command ended.
 type Exit struct {
-	ID       int   `json:"id"`
-	ExitCode int   `json:"exit_code"` // -1 when killed by a signal
-	Signal   int   `json:"signal,omitempty"`
-	TimedOut bool  `json:"timed_out,omitempty"`
+	ID       int  `json:"id"`
+	ExitCode int  `json:"exit_code"` // -1 when killed by a signal
+	Signal   int  `json:"signal,omitempty"`
+	TimedOut bool `json:"timed_out,omitempty"`
 	// OutputKilled: the command printed more than OutputKill.
 	OutputKilled bool `json:"output_killed,omitempty"`
 	// PidsKilled: the pids cgroup refused a fork and init killed the command.

@@ -314,17 +314,30 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	res.Stdout, res.Stderr = toOutput(out.Stdout), toOutput(out.Stderr)
 	res.FinishedAt = w.cfg.Now()
 	res.Finish(reason)
-	if reason == job.ReasonTimeout {
-		res.Error = fmt.Sprintf("killed after the %s timeout (every process of the command was killed)", timeoutOf(err, eff))
-	}
+	res.Error = explain(reason, out, eff, err != nil)
 	return w.record(ctx, log, res)
 }
 
-func timeoutOf(err error, eff job.Effective) time.Duration {
-	if err != nil {
-		return eff.JobTimeout
+// explain says what happened to a failed command and what to do about it.
+func explain(r job.Reason, out sandbox.Outcome, eff job.Effective, jobDeadline bool) string {
+	switch r {
+	case job.ReasonTimeout:
+		if jobDeadline {
+			return fmt.Sprintf("killed at the job timeout of %s (the container was destroyed); raise limits.job_timeout_s or split the work", eff.JobTimeout)
+		}
+		return fmt.Sprintf("killed after the %s timeout (every process of the command was killed); raise limits.command_timeout_s or make the command finish sooner", eff.CommandTimeout)
+	case job.ReasonOOM:
+		return fmt.Sprintf("the kernel's OOM killer killed a process (%d kill(s)): the job needed more than its %d MiB memory limit; use less memory or raise limits.memory_mb", out.OOMKills, eff.MemoryMB)
+	case job.ReasonPidsLimit:
+		return fmt.Sprintf("the job reached its limit of %d processes (a fork was refused) and every process was killed; a fork bomb ends here, a real workload can raise limits.pids", eff.Pids)
+	case job.ReasonOutputCap:
+		return "the command printed more output than the worker accepts and was killed; write large output to a file under /workspace instead of stdout"
+	case job.ReasonFsize:
+		return "a file grew past the sandbox's file-size limit (SIGXFSZ); write less, or ask the operator for a larger fsize limit"
+	case job.ReasonSignal:
+		return fmt.Sprintf("the command was killed by signal %d", out.Signal)
 	}
-	return eff.CommandTimeout
+	return ""
 }
 
 // infraFail retries a retryable sandbox failure through the queue while

@@ -268,6 +268,26 @@ func (r *Runtime) destroy(b *box) {
 	r.removeQ <- b
 }
 
+// removeNow force-removes b synchronously; gone already is success.
+func (r *Runtime) removeNow(ctx context.Context, b *box) error {
+	defer r.track(b.name, false)
+	_, err := r.docker.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
+		return infra("remove container", err, true)
+	}
+	if err != nil && isRemovalInProgress(err) && !cerrdefs.IsNotFound(err) {
+		// Auto-removal is under way: wait until the engine no longer knows it.
+		for ctx.Err() == nil {
+			if _, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return infra("remove container", ctx.Err(), true)
+	}
+	return nil
+}
+
 // remove force-removes a container; a container already gone is success.
 func (r *Runtime) remove(ctx context.Context, b *box) {
 	defer r.track(b.name, false)

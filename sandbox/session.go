@@ -139,6 +139,27 @@ func (s *Session) Close() {
 	s.r.destroy(s.b)
 }
 
+// Destroy force-removes the container and returns once the engine confirms
+// that it is gone: use it before releasing anything the container could
+// still touch (a volume lock). Idempotent with Close.
+func (s *Session) Destroy(ctx context.Context) error {
+	s.closeMu.Lock()
+	if s.deadline != nil {
+		s.deadline.Stop()
+	}
+	already := s.closed
+	s.closed = true
+	s.closeMu.Unlock()
+	if s.b.conn.Conn != nil {
+		s.b.conn.Close()
+	}
+	err := s.r.removeNow(ctx, s.b)
+	if !already {
+		s.r.stats.Removed.Add(1)
+	}
+	return err
+}
+
 func (s *Session) breakSession(err error) {
 	s.closeMu.Lock()
 	if s.broken == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/locks"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
 )
@@ -30,6 +31,14 @@ type Store interface {
 	BeginRun(ctx context.Context, id string) (int, error)
 	Canceled(ctx context.Context, id string) (bool, error)
 }
+
+// VolumeGuard takes a shared volume for a job (locks.Guard).
+type VolumeGuard interface {
+	Acquire(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error)
+}
+
+// errLeaseLost is the cancel cause when a job's volume lease is lost.
+var errLeaseLost = errors.New("worker: volume lease lost")
 
 // Config configures a Worker. Zero fields take defaults.
 type Config struct {
@@ -55,6 +64,8 @@ type Config struct {
 	HeartbeatTTL time.Duration
 	// KeyPrefix of Paddock's Redis keys (default "paddock:").
 	KeyPrefix string
+	// Volumes guards shared volumes (nil: jobs may not request one).
+	Volumes VolumeGuard
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
 	// Now is the clock (tests).
@@ -67,6 +78,7 @@ func (c Config) withDefaults() (Config, error) {
 		h, _ := os.Hostname()
 		c.ID = h + "-" + strconv.Itoa(os.Getpid())
 	}
+	c.Caps.Volumes = c.Volumes != nil
 	c.Caps = c.Caps.WithDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
@@ -268,15 +280,69 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	res.Runs = run
 
 	profile := sandbox.Profile{Image: spec.Image, MemoryMB: eff.MemoryMB, CPUs: eff.CPUs, Pids: eff.Pids, TmpfsMB: eff.TmpfsMB}
+	env := jobEnv(spec, id)
+
+	// A shared volume: lease, then flock, then mount. A lost lease ends the
+	// run as lease_lost; the container is destroyed (synchronously) before
+	// the lock is released, so no two jobs ever write the volume at once.
+	if spec.Volume != nil {
+		if w.cfg.Volumes == nil {
+			res.Error = "this worker has no volume root; the job asked for volume " + spec.Volume.Name
+			res.FinishedAt = w.cfg.Now()
+			res.Finish(job.ReasonRejected)
+			return w.record(ctx, log, res)
+		}
+		mode := locks.RW
+		if spec.Volume.Mode == job.VolumeRO {
+			mode = locks.RO
+		}
+		held, err := w.cfg.Volumes.Acquire(ctx, spec.Volume.Name, mode)
+		if err != nil {
+			if locks.Retryable(err) {
+				err = &sandbox.InfraError{Op: "lock volume " + spec.Volume.Name, Err: err, Retryable: true}
+			}
+			return w.infraFail(ctx, log, res, err)
+		}
+		defer held.Release()
+		res.LockWaitMS = held.Waited().Milliseconds()
+		profile.Mounts = []sandbox.Mount{{Source: held.Dir(), Target: sandbox.WorkspaceDir, ReadOnly: mode == locks.RO}}
+		if mode == locks.RW {
+			res.FencingToken = held.FencingToken()
+			env[job.EnvFencingToken] = strconv.FormatInt(held.FencingToken(), 10)
+			var cancel context.CancelCauseFunc
+			ctx, cancel = context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go func() {
+				select {
+				case <-held.Lost():
+					log.Warn("volume lease lost; killing the job", "volume", spec.Volume.Name, "err", held.Err())
+					cancel(errLeaseLost)
+				case <-ctx.Done():
+				}
+			}()
+		}
+	}
+
 	sess, err := w.rt.Acquire(ctx, profile, sandbox.SessionOptions{
 		Deadline: started.Add(eff.JobTimeout),
 		Labels:   map[string]string{sandbox.LabelJob: id, sandbox.LabelAttempt: strconv.Itoa(run)},
-		Env:      jobEnv(spec, id),
+		Env:      env,
 	})
 	if err != nil {
 		return w.infraFail(ctx, log, res, err)
 	}
-	defer sess.Close()
+	if spec.Volume != nil {
+		// Deferred calls run last-in first-out: this runs before Release.
+		defer func() {
+			dctx, cancel := detached(ctx)
+			defer cancel()
+			if err := sess.Destroy(dctx); err != nil {
+				log.Error("could not confirm the container is gone before releasing the volume", "err", err)
+			}
+		}()
+	} else {
+		defer sess.Close()
+	}
 	log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
 
 	t0 := w.cfg.Now()
@@ -288,6 +354,12 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	switch {
 	case err == nil, errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout:
 		// The command ended (a job-deadline kill is the job's timeout).
+	case errors.Is(context.Cause(ctx), errLeaseLost):
+		res.Error = "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data"
+		res.Attempts = append(res.Attempts, withReason(att, job.ReasonLeaseLost, -1))
+		res.FinishedAt = w.cfg.Now()
+		res.Finish(job.ReasonLeaseLost)
+		return w.record(ctx, log, res)
 	case ctx.Err() != nil:
 		// Canceled by the user, or the worker is shutting down / lost the
 		// task's lease: the container is already destroyed.

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -65,9 +66,20 @@ type stack struct {
 	store  *results.Store
 	worker *worker.Worker
 	owner  string
+	rdb    *redis.Client
 }
 
+func (s *stack) redisClient() *redis.Client { return s.rdb }
+
 func newStack(t *testing.T, mod func(*worker.Config)) *stack {
+	return newStackRedis(t, func(c *worker.Config, _ *redis.Client) {
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack {
 	t.Helper()
 	d := testsvc.Docker(t)
 	testsvc.RequireImage(t, d, testsvc.TestImage)
@@ -86,19 +98,20 @@ func newStack(t *testing.T, mod func(*worker.Config)) *stack {
 	store := results.NewStore(rdb, js, results.StoreConfig{})
 
 	caps := job.Caps{Images: []string{testsvc.TestImage}, DefaultMemoryMB: 64, DefaultPids: 32, DefaultTmpfsMB: 16}
+	owner := testsvc.Unique("w")
+	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second}
+	if mod != nil {
+		mod(&cfg, rdb)
+	}
+	caps.Volumes = cfg.Volumes != nil
 	ac := asynq.NewClientFromRedisClient(rdb)
 	sch, err := scheduler.New(js, ac, store, scheduler.Config{Caps: caps})
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(ctx))
 	t.Cleanup(sch.Stop)
 
-	owner := testsvc.Unique("w")
 	rt, err := sandbox.New(d, sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1})
 	require.NoError(t, err)
-	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
 	w, err := worker.New(rdb, rt, store, cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
@@ -111,7 +124,7 @@ func newStack(t *testing.T, mod func(*worker.Config)) *stack {
 	c, err := pclient.New(nc, pclient.Config{})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return &stack{t: t, docker: d, nc: nc, client: c, store: store, worker: w, owner: owner}
+	return &stack{t: t, docker: d, nc: nc, client: c, store: store, worker: w, owner: owner, rdb: rdb}
 }
 
 func requireNoContainers(t *testing.T, d *client.Client, owner string) {

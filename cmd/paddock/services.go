@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/locks"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/worker"
 )
@@ -85,6 +86,7 @@ type capsFlags struct {
 	maxMemoryMB, maxPids     int64
 	maxCPUs                  float64
 	maxJobTimeout            time.Duration
+	volumes                  bool
 }
 
 func (c *capsFlags) register(fs *pflag.FlagSet) {
@@ -95,6 +97,7 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.maxPids, "max-pids", 512, "cap on a job's pids")
 	fs.Float64Var(&c.maxCPUs, "max-cpus", 2, "cap on a job's cpus")
 	fs.DurationVar(&c.maxJobTimeout, "max-job-timeout", time.Hour, "cap on a job's job_timeout_s")
+	fs.BoolVar(&c.volumes, "volumes", false, "accept jobs that ask for a shared volume (workers need --volume-root)")
 }
 
 func (c *capsFlags) caps() job.Caps {
@@ -106,7 +109,7 @@ func (c *capsFlags) caps() job.Caps {
 		}
 	}
 	return job.Caps{Images: c.images, Queues: queues, EnvAllow: c.envAllow,
-		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout}.WithDefaults()
+		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes}.WithDefaults()
 }
 
 // queueWeights gives the --queues order as asynq weights (first highest).
@@ -130,6 +133,9 @@ type workerFlags struct {
 	taskCheck       time.Duration
 	skipSelfTest    bool
 	outputKillMB    int64
+	volumeRoot      string
+	leaseTTL        time.Duration
+	lockWait        time.Duration
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -142,6 +148,9 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.taskCheck, "task-check-interval", 100*time.Millisecond, "how often an idle worker polls Redis")
 	fs.BoolVar(&w.skipSelfTest, "skip-self-test", false, "skip the start-up proof that sandbox limits apply (not for production)")
 	fs.Int64Var(&w.outputKillMB, "output-kill-mb", 256, "kill a command whose output passes this many MiB (reason output_cap)")
+	fs.StringVar(&w.volumeRoot, "volume-root", "", "directory holding shared volumes (a shared filesystem across hosts); empty disables volumes")
+	fs.DurationVar(&w.leaseTTL, "lease-ttl", 15*time.Second, "Redis lease ttl of a volume lock (a crashed holder blocks the volume this long)")
+	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
 }
 
 func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, log *slog.Logger) (*worker.Worker, error) {
@@ -154,10 +163,22 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 	if err != nil {
 		return nil, err
 	}
-	return worker.New(rdb, rt, store, worker.Config{
+	cfg := worker.Config{
 		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: cf.queueWeights(),
 		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
-	})
+	}
+	if wf.volumeRoot != "" {
+		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		g, err := locks.NewGuard(leaser, locks.GuardConfig{Root: wf.volumeRoot, LeaseTTL: wf.leaseTTL, Wait: wf.lockWait, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--volume-root: %w", err)
+		}
+		cfg.Volumes = g
+	}
+	return worker.New(rdb, rt, store, cfg)
 }
 
 var errInterrupted = errors.New("interrupted")

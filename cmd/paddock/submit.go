@@ -17,12 +17,12 @@ import (
 )
 
 type submitFlags struct {
-	file, id, image, queue, workdir, heal, output string
-	env, labels                                   []string
-	memoryMB, pids, timeoutS, jobTimeoutS         int64
-	cpus                                          float64
-	wait                                          bool
-	waitTimeout                                   time.Duration
+	file, id, image, queue, workdir, heal, output, volume string
+	env, labels                                           []string
+	memoryMB, pids, timeoutS, jobTimeoutS                 int64
+	cpus                                                  float64
+	wait                                                  bool
+	waitTimeout                                           time.Duration
 }
 
 func submitCmd(g *globals) *cobra.Command {
@@ -49,6 +49,7 @@ func submitCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.queue, "queue", "", "queue (default: \"default\")")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory (default /workspace)")
 	fs.StringVar(&f.heal, "heal", "", "self-healing: off, rules, llm")
+	fs.StringVar(&f.volume, "volume", "", "shared volume NAME or NAME:ro, mounted at /workspace (rw takes the volume's lock)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=value for the job (repeatable)")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label key=value (repeatable)")
 	fs.Int64Var(&f.memoryMB, "memory-mb", 0, "memory limit in MiB")
@@ -122,6 +123,10 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 	}
 	if fl.Changed("job-timeout") {
 		s.Limits.JobTimeoutS = &f.jobTimeoutS
+	}
+	if f.volume != "" {
+		name, mode, _ := strings.Cut(f.volume, ":")
+		s.Volume = &job.Volume{Name: name, Mode: job.VolumeMode(mode)}
 	}
 	if f.heal != "" {
 		s.Heal = &job.HealPolicy{Mode: job.HealMode(f.heal)}

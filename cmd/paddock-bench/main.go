@@ -1,0 +1,319 @@
+// Command paddock-bench measures, side by side in one run, `echo hi` run
+// five ways: on the host (fork+exec), through Paddock's sandbox (warm pool of
+// fresh, capped, single-use containers), by docker exec into one long-lived
+// container, by one `docker run --rm` per command, and through the engine's
+// raw container lifecycle (create+attach+start+wait+remove, no Paddock code).
+//
+// Two phases, both interleaved so that a noisy, shared machine hurts every
+// scenario alike:
+//
+//   - latency: one job at a time. Each iteration runs one job of every
+//     scenario, in an order rotated by one per iteration; before each
+//     measured job every scenario's background work (Paddock's removals and
+//     pool refill) is allowed to finish, so each job meets an idle host.
+//   - throughput: -parallel jobs at a time for at least -jobs jobs and
+//     -min-duration, per scenario, for -rounds rounds in alternating order.
+//     A round's rate counts completions after the first -parallel ones
+//     (start-up excluded); the reported rate is the median of the rounds.
+//
+// It prints a table, writes OUT/latest.json and draws OUT/latency.svg.
+// `make bench` runs it through scripts/bench.sh.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/paddockhq/paddock/sandbox"
+)
+
+type options struct {
+	image, initPath, out, only string
+	n, warmup, parallel, jobs  int
+	rounds                     int
+	minDur                     time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.image, "image", "paddock/test:latest", "image of every container scenario")
+	flag.StringVar(&o.initPath, "init", "", "paddock-init binary (default: bin/paddock-init, else sandbox.DefaultInitPath)")
+	flag.StringVar(&o.out, "out", "bench/out", "output directory (latest.json, latency.svg)")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of scenarios (default all)")
+	flag.IntVar(&o.n, "n", 30, "measured jobs per scenario at concurrency 1")
+	flag.IntVar(&o.warmup, "warmup", 3, "unmeasured jobs per scenario before the latency phase")
+	flag.IntVar(&o.parallel, "parallel", 4, "jobs in flight in the throughput phase")
+	flag.IntVar(&o.jobs, "jobs", 30, "minimum jobs per scenario per throughput round")
+	flag.DurationVar(&o.minDur, "min-duration", 3*time.Second, "minimum length of a throughput round")
+	flag.IntVar(&o.rounds, "rounds", 3, "throughput rounds per scenario (the median is reported)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "paddock-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if o.initPath == "" {
+		o.initPath = "bin/paddock-init"
+		if _, err := os.Stat(o.initPath); err != nil {
+			o.initPath = sandbox.DefaultInitPath()
+		}
+	}
+	initPath, err := filepath.Abs(o.initPath)
+	if err != nil {
+		return err
+	}
+	d, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if _, err := d.ImageInspect(ctx, o.image); err != nil {
+		return fmt.Errorf("image %s: %w (run `make images`)", o.image, err)
+	}
+	ver, err := d.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return fmt.Errorf("docker engine: %w", err)
+	}
+	runID := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	// Scenarios, in table order. Everything created is removed on return.
+	var scs []*scenario
+	defer func() {
+		for _, sc := range slices.Backward(scs) {
+			if sc.close != nil {
+				sc.close()
+			}
+		}
+		if n, err := removeLabelled(d, runID); err != nil || n > 0 {
+			fmt.Fprintf(os.Stderr, "cleanup: removed %d leftover containers (%v)\n", n, err)
+		}
+	}()
+	want := func(name string) bool {
+		return o.only == "" || slices.Contains(strings.Split(o.only, ","), name)
+	}
+	if want("host") {
+		scs = append(scs, hostScenario())
+	}
+	var rt *sandbox.Runtime
+	if want("paddock") {
+		sc, r, err := paddockScenario(ctx, d, o.image, initPath, runID)
+		if err != nil {
+			return fmt.Errorf("paddock: %w", err)
+		}
+		scs, rt = append(scs, sc), r
+	}
+	if want("docker_exec") {
+		sc, err := dockerExecScenario(ctx, d, o.image, runID)
+		if err != nil {
+			return err
+		}
+		scs = append(scs, sc)
+	}
+	if want("docker_run") {
+		scs = append(scs, dockerRunScenario(o.image, runID))
+	}
+	if want("engine_raw") {
+		scs = append(scs, engineRawScenario(d, o.image, runID))
+	}
+	if len(scs) == 0 {
+		return fmt.Errorf("no scenario selected by -only %q", o.only)
+	}
+	res := make([]*result, len(scs))
+	for i, sc := range scs {
+		res[i] = newResult(sc)
+	}
+
+	start := time.Now()
+	fmt.Printf("paddock-bench: %d scenarios, image %s, %d CPUs, Docker %s (API %s)\n",
+		len(scs), o.image, runtime.NumCPU(), ver.Version, ver.APIVersion)
+	fmt.Printf("latency: %d warm-up + %d measured jobs per scenario, one at a time, interleaved\n", o.warmup, o.n)
+	if err := latencyPhase(ctx, res, o); err != nil {
+		return err
+	}
+	fmt.Printf("throughput: %d rounds × ≥%d jobs and ≥%v per scenario, %d in parallel, alternating order\n",
+		o.rounds, o.jobs, o.minDur, o.parallel)
+	if err := throughputPhase(ctx, res, o); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+
+	rep := buildReport(res, o, meta{
+		Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Docker: ver.Version,
+		API: ver.APIVersion, Kernel: kernelRelease(), Go: runtime.Version(), Image: o.image,
+		ElapsedS: elapsed.Seconds(),
+	})
+	if rt != nil {
+		s := rt.Stats()
+		rep.Meta.PaddockPool = fmt.Sprintf("hits %d, cold starts %d, removed %d", s.Hits.Load(), s.ColdStarts.Load(), s.Removed.Load())
+	}
+	printTable(os.Stdout, rep, res)
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(o.out, "latest.json"), rep); err != nil {
+		return err
+	}
+	if err := writeSVG(filepath.Join(o.out, "latency.svg"), rep, res); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s in %v\n", filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latency.svg"), elapsed.Round(time.Second))
+	for _, r := range res {
+		if r.errors > 0 {
+			return fmt.Errorf("%s: %d jobs failed, first: %s", r.sc.name, r.errors, r.firstErr)
+		}
+	}
+	return nil
+}
+
+// settleAll waits until no scenario has background work left.
+func settleAll(ctx context.Context, res []*result) error {
+	for _, r := range res {
+		if r.sc.settle != nil {
+			if err := r.sc.settle(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func latencyPhase(ctx context.Context, res []*result, o options) error {
+	k := len(res)
+	for i := -o.warmup; i < o.n; i++ {
+		for j := range k {
+			r := res[((i+j)%k+k)%k] // rotate the order by one per iteration
+			if err := settleAll(ctx, res); err != nil {
+				return err
+			}
+			rec := newSteps()
+			t0 := rec.last
+			err := r.sc.job(ctx, rec)
+			d := time.Since(t0)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				r.fail(err)
+				continue
+			}
+			if i >= 0 {
+				r.lat = append(r.lat, d)
+				r.addSteps(rec)
+			}
+		}
+		if i >= 0 && (i+1)%10 == 0 {
+			fmt.Printf("  %d/%d\n", i+1, o.n)
+		}
+	}
+	return nil
+}
+
+func throughputPhase(ctx context.Context, res []*result, o options) error {
+	for rd := range o.rounds {
+		order := slices.Clone(res)
+		if rd%2 == 1 {
+			slices.Reverse(order)
+		}
+		var line []string
+		for _, r := range order {
+			if err := settleAll(ctx, res); err != nil {
+				return err
+			}
+			got, lat, err := saturate(ctx, r, o)
+			if err != nil {
+				return err
+			}
+			if r.sc.settle != nil { // how long the background work lasts after the load
+				t := time.Now()
+				if err := r.sc.settle(ctx); err != nil {
+					return err
+				}
+				got.DrainS = time.Since(t).Seconds()
+			}
+			r.rounds = append(r.rounds, got)
+			r.satLat = append(r.satLat, lat...)
+			line = append(line, fmt.Sprintf("%s %.1f/s", r.sc.name, got.JobsPerS))
+		}
+		fmt.Printf("  round %d: %s\n", rd+1, strings.Join(line, ", "))
+	}
+	return nil
+}
+
+// saturate keeps o.parallel jobs in flight until at least o.jobs jobs were
+// started and o.minDur passed.
+func saturate(ctx context.Context, r *result, o options) (round, []time.Duration, error) {
+	var (
+		started atomic.Int64
+		mu      sync.Mutex
+		done    []time.Time
+		lat     []time.Duration
+		errs    int
+		wg      sync.WaitGroup
+	)
+	t0 := time.Now()
+	for range o.parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if n := started.Add(1); n > int64(o.jobs) && time.Since(t0) >= o.minDur {
+					return
+				}
+				rec := newSteps()
+				begin := rec.last
+				err := r.sc.job(ctx, rec)
+				now := time.Now()
+				mu.Lock()
+				if err != nil {
+					errs++
+					r.fail(err)
+				} else {
+					done = append(done, now)
+					lat = append(lat, now.Sub(begin))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return round{}, nil, ctx.Err()
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].Before(done[j]) })
+	rd := round{Jobs: len(done), Errors: errs}
+	skip := o.parallel // start-up: the first completions
+	switch {
+	case len(done) > skip+1:
+		w := done[len(done)-1].Sub(done[skip-1])
+		rd.WindowS, rd.JobsPerS = w.Seconds(), float64(len(done)-skip)/w.Seconds()
+	case len(done) > 0:
+		w := done[len(done)-1].Sub(t0)
+		rd.WindowS, rd.JobsPerS = w.Seconds(), float64(len(done))/w.Seconds()
+	}
+	return rd, lat, nil
+}
+
+func kernelRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}

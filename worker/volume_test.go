@@ -1,0 +1,115 @@
+package worker_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/locks"
+	"github.com/paddockhq/paddock/worker"
+)
+
+// volumeStack is a stack whose worker guards volumes under a temp root.
+func volumeStack(t *testing.T, ttl time.Duration) (*stack, string) {
+	t.Helper()
+	root := t.TempDir()
+	require.NoError(t, os.Chmod(root, 0o755))
+	s := newStackRedis(t, func(c *worker.Config, rdb *redis.Client) {
+		c.Concurrency = 3
+		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{})
+		require.NoError(t, err)
+		g, err := locks.NewGuard(leaser, locks.GuardConfig{Root: root, LeaseTTL: ttl, Wait: time.Minute})
+		require.NoError(t, err)
+		c.Volumes = g
+	})
+	return s, root
+}
+
+func TestVolumeWritersSerialize(t *testing.T) {
+	s, root := volumeStack(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Read-modify-write with a pause in the middle: without the lock the
+	// three jobs would read the same value and the count would be lost.
+	script := `n=$(cat /workspace/counter 2>/dev/null || echo 0); sleep 1; echo $((n+1)) > /workspace/counter; echo "token=$PADDOCK_FENCING_TOKEN"`
+	specs := make([]job.Spec, 3)
+	for i := range specs {
+		specs[i] = job.Spec{Command: script, Volume: &job.Volume{Name: "shared", Mode: job.VolumeRW}}
+	}
+	subs, err := s.client.SubmitBatch(ctx, specs, nil)
+	require.NoError(t, err)
+	ids := []string{subs[0].ID, subs[1].ID, subs[2].ID}
+	rs, err := s.client.WaitAll(ctx, ids, nil)
+	require.NoError(t, err)
+	var tokens []int64
+	waited := 0
+	for _, r := range rs {
+		require.Equal(t, job.StateSucceeded, r.State, "%s: %s %s", r.ID, r.Reason, r.Error)
+		assert.Positive(t, r.FencingToken)
+		assert.Contains(t, r.Stdout.Text, "token=")
+		tokens = append(tokens, r.FencingToken)
+		if r.LockWaitMS > 500 {
+			waited++
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, "shared", "counter"))
+	require.NoError(t, err)
+	assert.Equal(t, "3", strings.TrimSpace(string(b)), "every increment must survive")
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	assert.Less(t, tokens[0], tokens[1])
+	assert.Less(t, tokens[1], tokens[2])
+	assert.GreaterOrEqual(t, waited, 1, "at least one job waited for the lock")
+}
+
+func TestVolumeLeaseLostKillsJob(t *testing.T) {
+	s, _ := volumeStack(t, 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sub, err := s.client.Submit(ctx, job.Spec{Command: "echo started; sleep 60",
+		Volume: &job.Volume{Name: "stolen", Mode: job.VolumeRW}})
+	require.NoError(t, err)
+	// Steal the lease while the job runs: overwrite the key with another token.
+	rdb := s.redisClient()
+	require.Eventually(t, func() bool {
+		keys, _ := rdb.Keys(ctx, "paddock:lock:*stolen*").Result()
+		for _, k := range keys {
+			if !strings.HasSuffix(k, ":fence") {
+				return rdb.Set(ctx, k, "thief", time.Minute).Err() == nil
+			}
+		}
+		return false
+	}, 60*time.Second, 20*time.Millisecond)
+	r, err := s.client.Wait(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, job.ReasonLeaseLost, r.Reason, r.Error)
+	assert.Equal(t, job.StateFailed, r.State)
+	assert.Contains(t, r.Error, "lease")
+}
+
+func TestVolumeReadOnly(t *testing.T) {
+	s, root := volumeStack(t, 0)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "docs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "docs", "README"), []byte("shared text\n"), 0o644))
+	r := s.run(job.Spec{Command: "cat /workspace/README; echo x > /workspace/new 2>&1 || echo denied",
+		Volume: &job.Volume{Name: "docs", Mode: job.VolumeRO}})
+	assert.Equal(t, job.StateSucceeded, r.State, r.Error)
+	assert.Contains(t, r.Stdout.Text, "shared text")
+	assert.Contains(t, r.Stdout.Text+r.Stderr.Text, "denied")
+	assert.Zero(t, r.FencingToken)
+}
+
+func TestVolumeNameTricksRejected(t *testing.T) {
+	s, _ := volumeStack(t, 0)
+	r := s.run(job.Spec{Command: "ls /workspace", Volume: &job.Volume{Name: "../etc"}})
+	assert.Equal(t, job.StateRejected, r.State)
+	assert.Equal(t, "volume.name", r.Errors[0].Field)
+}

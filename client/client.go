@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddockhq/paddock/telemetry"
 	"log/slog"
 	"strings"
 	"sync"
@@ -321,7 +322,7 @@ func (c *Client) startSubmit(ctx context.Context, msg *nats.Msg, id string) (con
 			attribute.String("messaging.destination.name", job.SubjectSubmit),
 			attribute.String("paddock.job.id", id),
 		))
-	c.propagator().Inject(ctx, natsCarrier(msg.Header))
+	c.propagator().Inject(ctx, telemetry.NATSHeaderCarrier(msg.Header))
 	return ctx, span
 }
 
@@ -346,5 +347,5 @@ func (c *Client) propagator() propagation.TextMapPropagator {
 	if c.cfg.Propagator != nil {
 		return c.cfg.Propagator
 	}
-	return otel.GetTextMapPropagator()
+	return telemetry.Propagator() // the wire format is W3C whatever the globals are
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"github.com/paddockhq/paddock/telemetry"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -65,6 +66,8 @@ type Config struct {
 	Tracer trace.Tracer
 	// Propagator, default otel.GetTextMapPropagator() (read at each use).
 	Propagator propagation.TextMapPropagator
+	// Metrics, optional: submissions by outcome.
+	Metrics *telemetry.Metrics
 	// Now, default time.Now.
 	Now func() time.Time
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paddockhq/paddock/telemetry"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -54,7 +54,7 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 		s.log.Error("message without JetStream metadata; ignored", "subject", msg.Subject(), "err", err)
 		return
 	}
-	ctx := s.propagator().Extract(hard, natsCarrier(msg.Headers()))
+	ctx := s.propagator().Extract(hard, telemetry.NATSHeaderCarrier(msg.Headers()))
 	ctx, span := s.cfg.Tracer.Start(ctx, "paddock.schedule",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -75,6 +75,13 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 		attribute.String("paddock.job.id", d.id),
 		attribute.String("paddock.queue", d.queue),
 		attribute.String("paddock.outcome", string(d.outcome)))
+	if d.outcome != OutcomeRetry {
+		out := string(d.outcome)
+		if d.outcome == OutcomeEnqueued {
+			out = telemetry.SubmissionAccepted
+		}
+		s.cfg.Metrics.Submission(ctx, out)
+	}
 	if d.err != nil {
 		span.RecordError(d.err)
 		span.SetStatus(codes.Error, d.err.Error())
@@ -323,7 +330,7 @@ func (s *Scheduler) propagator() propagation.TextMapPropagator {
 	if s.cfg.Propagator != nil {
 		return s.cfg.Propagator
 	}
-	return otel.GetTextMapPropagator()
+	return telemetry.Propagator() // the wire format is W3C whatever the globals are
 }
 
 // backoff is the delay before delivery n+1: min·2^(n-1), capped at max,

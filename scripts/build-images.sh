@@ -52,13 +52,10 @@ cleanup() {
 	fi
 }
 
-# new_workdir prints a fresh directory on disk (not tmpfs: the sandbox rootfs
-# tar is ~180 MB), removed on exit.
+# new_workdir NAME prints a fresh directory under WORKDIR_TMP, which main
+# creates on disk (not tmpfs: the sandbox rootfs tar is ~130 MB) and removes on
+# exit. It runs in $(...), a subshell: it must not set state or traps itself.
 new_workdir() {
-	if [[ -z "${WORKDIR_TMP}" ]]; then
-		WORKDIR_TMP="$(mktemp -d "${TMPDIR:-/var/tmp}/paddock-images.XXXXXX")"
-		trap cleanup EXIT
-	fi
 	mktemp -d "${WORKDIR_TMP}/$1.XXXXXX"
 }
 
@@ -428,6 +425,8 @@ main() {
 		targets=(test sandbox)
 	fi
 	preflight "$@"
+	WORKDIR_TMP="$(mktemp -d "${TMPDIR:-/var/tmp}/paddock-images.XXXXXX")"
+	trap cleanup EXIT
 	local started t
 	started="$(now)"
 	# Deduplicate, keep order.

@@ -67,14 +67,23 @@ wanted_packages() {
 	fi
 }
 
+# missing_packages prints the wanted packages that are not fully installed
+# (one dpkg-query for all: this is most of the fast path's time).
 missing_packages() {
-	local pkg status
-	while read -r pkg; do
-		status="$(dpkg-query -W -f='${db:Status-Abbrev}' "${pkg}" 2>/dev/null || true)"
-		if [[ "${status}" != ii* ]]; then
+	local -a wanted
+	local -A installed=()
+	local status pkg
+	mapfile -t wanted < <(wanted_packages)
+	while read -r status pkg; do
+		if [[ "${status}" == ii ]]; then
+			installed[${pkg%%:*}]=1
+		fi
+	done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${wanted[@]}" 2>/dev/null || true)
+	for pkg in "${wanted[@]}"; do
+		if [[ -z "${installed[${pkg}]:-}" ]]; then
 			echo "${pkg}"
 		fi
-	done < <(wanted_packages)
+	done
 }
 
 # Keep maintainer scripts from starting services (redis-server on :6379,
@@ -125,7 +134,12 @@ install_packages() {
 	fi
 }
 
-docker_up() { docker info >/dev/null 2>&1; }
+# docker_up succeeds when the engine answers, and leaves its storage driver in
+# DOCKER_DRIVER.
+DOCKER_DRIVER=""
+docker_up() {
+	command -v docker >/dev/null && DOCKER_DRIVER="$(docker info --format '{{.Driver}}' 2>/dev/null)"
+}
 
 cgroups_mounted() {
 	local fs
@@ -158,7 +172,8 @@ start_dockerd() {
 		mkdir -p "$(dirname "${DOCKERD_LOG}")"
 		printf '\n=== %s paddock setup.sh: dockerd %s\n' "$(date -u +%FT%TZ)" "${flags[*]:-}" >>"${DOCKERD_LOG}"
 		# setsid: a new session, so dockerd outlives make and its process group.
-		setsid dockerd "${flags[@]}" </dev/null >>"${DOCKERD_LOG}" 2>&1 &
+		# 9>&-: do not hand our lock to dockerd, or the next run waits forever.
+		setsid dockerd "${flags[@]}" </dev/null >>"${DOCKERD_LOG}" 2>&1 9>&- &
 		pid=$!
 	fi
 	local wait="${PADDOCK_DOCKERD_WAIT:-60}" i
@@ -177,9 +192,7 @@ start_dockerd() {
 }
 
 check_docker() {
-	local driver
-	driver="$(docker info --format '{{.Driver}}' 2>/dev/null || true)"
-	if [[ "${driver}" == vfs ]]; then
+	if [[ "${DOCKER_DRIVER}" == vfs ]]; then
 		log "warning: Docker uses the vfs storage driver: container start-up is slow (full copy per container)"
 	fi
 }

@@ -2,8 +2,16 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/paddockhq/paddock/telemetry"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"strconv"
@@ -68,6 +76,11 @@ type Config struct {
 	Volumes VolumeGuard
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
+	// Metrics (optional) records jobs, queue wait, run time, pool and lease
+	// metrics; TracerProvider and MeterProvider default to the globals.
+	Metrics        *telemetry.Metrics
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 	// Now is the clock (tests).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -101,6 +114,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "paddock:"
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -121,17 +140,21 @@ func (c Config) withDefaults() (Config, error) {
 
 // Worker runs jobs from asynq in sandbox sessions.
 type Worker struct {
-	rdb   redis.UniversalClient
-	rt    *sandbox.Runtime
-	store Store
-	cfg   Config
-	hb    *Heartbeat
-	reap  *sandbox.Reaper
-	log   *slog.Logger
+	rdb     redis.UniversalClient
+	rt      *sandbox.Runtime
+	store   Store
+	cfg     Config
+	hb      *Heartbeat
+	reap    *sandbox.Reaper
+	log     *slog.Logger
+	tr      trace.Tracer
+	m       *telemetry.Metrics
+	poolReg metric.Registration
 
 	mu      sync.Mutex
 	srv     *asynq.Server
 	running bool
+	drain   drainer // running handlers; cuts them at the end of the grace (drain.go)
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
@@ -144,9 +167,11 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	if rt.Owner() != cfg.ID {
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
 	}
-	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger}
+	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
+		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}
 	w.hb = NewHeartbeat(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL)
 	w.reap = sandbox.NewReaper(rt, w.hb)
+	w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
 	return w, nil
 }
 
@@ -188,12 +213,20 @@ func (w *Worker) Start(ctx context.Context) error {
 		Queues:            w.cfg.Queues,
 		StrictPriority:    w.cfg.StrictPriority,
 		TaskCheckInterval: w.cfg.TaskCheckInterval,
-		ShutdownTimeout:   w.cfg.ShutdownTimeout,
+		ShutdownTimeout:   w.cfg.ShutdownTimeout + drainKillMargin, // see drain.go
 		RetryDelayFunc:    retryDelay,
 		Logger:            asynqLogger{w.log.With("component", "asynq")},
 		LogLevel:          asynq.WarnLevel,
 	})
-	if err := srv.Start(asynq.HandlerFunc(w.ProcessTask)); err != nil {
+	mux := asynq.NewServeMux()
+	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
+	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
+	w.drain.reset()
+	mux.HandleFunc(job.TaskType, w.ProcessTask)
+	if w.m != nil && w.poolReg == nil {
+		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
+	}
+	if err := srv.Start(mux); err != nil {
 		w.reap.Stop()
 		w.hb.Stop()
 		w.rt.Stop()
@@ -214,10 +247,20 @@ func (w *Worker) Stop() {
 		return
 	}
 	w.running = false
+	w.drain.begin(w.cfg.ShutdownTimeout)
 	w.srv.Shutdown()
+	// asynq does not wait for a handler it re-queued: wait until every
+	// handler has destroyed its container before stopping the runtime.
+	if !w.drain.wait(drainKillMargin + 20*time.Second) {
+		w.log.Error("jobs still running after the drain; their containers are removed with the runtime")
+	}
 	w.reap.Stop()
 	w.hb.Stop()
 	w.rt.Stop()
+	if w.poolReg != nil {
+		_ = w.poolReg.Unregister()
+		w.poolReg = nil
+	}
 }
 
 // retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.
@@ -230,6 +273,8 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	started := w.cfg.Now()
 	taskID, _ := asynq.GetTaskID(ctx)
 	log := w.log.With("job", taskID)
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(telemetry.AttrJobID.String(taskID))
 
 	spec, err := job.Decode(t.Payload())
 	if err == nil && spec.ID != "" && spec.ID != taskID {
@@ -278,6 +323,10 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("worker: begin run of %s: %w", id, err)
 	}
 	res.Runs = run
+	if !res.QueuedAt.IsZero() {
+		w.m.QueueWait(ctx, spec.Queue, started.Sub(res.QueuedAt))
+	}
+	span.SetAttributes(telemetry.AttrQueue.String(spec.Queue), attribute.Int("paddock.run", run))
 
 	profile := sandbox.Profile{Image: spec.Image, MemoryMB: eff.MemoryMB, CPUs: eff.CPUs, Pids: eff.Pids, TmpfsMB: eff.TmpfsMB}
 	env := jobEnv(spec, id)
@@ -296,7 +345,15 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if spec.Volume.Mode == job.VolumeRO {
 			mode = locks.RO
 		}
-		held, err := w.cfg.Volumes.Acquire(ctx, spec.Volume.Name, mode)
+		lctx, lspan := w.tr.Start(ctx, "paddock.lock.wait", trace.WithAttributes(
+			attribute.String("paddock.volume", spec.Volume.Name), attribute.String("paddock.volume.mode", mode.String())))
+		held, err := w.cfg.Volumes.Acquire(lctx, spec.Volume.Name, mode)
+		endSpan(lspan, err)
+		if held != nil {
+			w.m.LeaseWait(ctx, held.Waited(), true)
+		} else {
+			w.m.LeaseWait(ctx, 0, false)
+		}
 		if err != nil {
 			if locks.Retryable(err) {
 				err = &sandbox.InfraError{Op: "lock volume " + spec.Volume.Name, Err: err, Retryable: true}
@@ -316,6 +373,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 				select {
 				case <-held.Lost():
 					log.Warn("volume lease lost; killing the job", "volume", spec.Volume.Name, "err", held.Err())
+					w.m.LeaseLost(context.WithoutCancel(ctx))
 					cancel(errLeaseLost)
 				case <-ctx.Done():
 				}
@@ -323,13 +381,24 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 
-	sess, err := w.rt.Acquire(ctx, profile, sandbox.SessionOptions{
+	if tp := telemetry.TraceParent(ctx); tp != "" {
+		env["TRACEPARENT"] = tp
+	}
+	actx, aspan := w.tr.Start(ctx, "paddock.sandbox.acquire", trace.WithAttributes(attribute.String("container.image.name", spec.Image)))
+	sess, err := w.rt.Acquire(actx, profile, sandbox.SessionOptions{
 		Deadline: started.Add(eff.JobTimeout),
 		Labels:   map[string]string{sandbox.LabelJob: id, sandbox.LabelAttempt: strconv.Itoa(run)},
 		Env:      env,
 	})
+	endSpan(aspan, err)
 	if err != nil {
 		return w.infraFail(ctx, log, res, err)
+	}
+	aspan.SetAttributes(attribute.Bool("paddock.pool.hit", sess.Pooled), attribute.String("container.name", sess.ContainerName()))
+	if sess.Pooled {
+		w.m.PoolHit(ctx)
+	} else {
+		w.m.PoolColdStart(ctx)
 	}
 	if spec.Volume != nil {
 		// Deferred calls run last-in first-out: this runs before Release.
@@ -346,9 +415,15 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
 
 	t0 := w.cfg.Now()
-	out, err := sess.Run(ctx, sandbox.Command{
+	rctx, rspan := w.tr.Start(ctx, "paddock.attempt", trace.WithAttributes(
+		attribute.Int("paddock.attempt", 1), attribute.String("paddock.heal.action", string(job.ActionInitial)),
+		attribute.String("paddock.command.sha256", commandHash(spec.Command)),
+		attribute.Int64("paddock.limits.memory_mb", eff.MemoryMB), attribute.Float64("paddock.limits.cpus", eff.CPUs),
+		attribute.Int64("paddock.limits.pids", eff.Pids), attribute.Int64("paddock.limits.command_timeout_s", int64(eff.CommandTimeout/time.Second))))
+	out, err := sess.Run(rctx, sandbox.Command{
 		Script: spec.Command, Dir: spec.Workdir, Timeout: eff.CommandTimeout, OutputBytes: eff.OutputBytes,
 	})
+	endAttemptSpan(rspan, out, err)
 	att := job.Attempt{N: 1, Action: job.ActionInitial, Command: spec.Command, StartedAt: t0,
 		DurationMS: w.cfg.Now().Sub(t0).Milliseconds()}
 	switch {
@@ -362,9 +437,13 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return w.record(ctx, log, res)
 	case ctx.Err() != nil:
 		// Canceled by the user, or the worker is shutting down / lost the
-		// task's lease: the container is already destroyed.
+		// task's lease: confirm the container is gone before returning, so
+		// that a re-run never overlaps this one.
 		dctx, cancel := detached(ctx)
 		defer cancel()
+		if err := sess.Destroy(dctx); err != nil {
+			log.Error("could not confirm the interrupted job's container is gone", "err", err)
+		}
 		if c, _ := w.store.Canceled(dctx, id); c {
 			res.Error = "canceled while running; its container was killed"
 			res.Attempts = append(res.Attempts, withReason(att, job.ReasonCanceled, -1))
@@ -449,7 +528,49 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, res job.Result) e
 		log.Info("job already had a result; kept the first", "state", stored.State, "reason", stored.Reason)
 	}
 	log.Debug("job finished", "state", stored.State, "reason", stored.Reason)
+	if first {
+		w.m.JobFinished(dctx, res.Queue, string(res.State), string(res.Reason))
+		if !res.StartedAt.IsZero() && !res.FinishedAt.IsZero() {
+			w.m.RunDuration(dctx, res.Queue, string(res.Reason), res.FinishedAt.Sub(res.StartedAt))
+		}
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(telemetry.AttrState.String(string(stored.State)), telemetry.AttrReason.String(string(stored.Reason)))
+	if stored.State != job.StateSucceeded {
+		span.SetAttributes(attribute.String("error.type", string(stored.Reason)))
+		span.SetStatus(codes.Error, string(stored.Reason))
+	}
 	return nil
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+func endAttemptSpan(span trace.Span, out sandbox.Outcome, err error) {
+	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), telemetry.AttrReason.String(string(out.Reason)),
+		attribute.Int64("paddock.stdout.bytes", out.Stdout.Bytes), attribute.Int64("paddock.stderr.bytes", out.Stderr.Bytes),
+		attribute.Bool("paddock.output.truncated", out.Stdout.Truncated || out.Stderr.Truncated),
+		attribute.Int64("paddock.oom_kills", out.OOMKills), attribute.Int("paddock.leftover_processes", out.Leftover))
+	if out.Reason != "" && out.Reason != sandbox.ReasonOK {
+		span.SetAttributes(attribute.String("error.type", string(out.Reason)))
+		span.SetStatus(codes.Error, string(out.Reason))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// commandHash identifies a command in traces without recording its text.
+func commandHash(cmd string) string {
+	sum := sha256.Sum256([]byte(cmd))
+	return hex.EncodeToString(sum[:8])
 }
 
 // detached returns a context that outlives ctx's cancellation, with its own

@@ -105,7 +105,13 @@ func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack
 	}
 	caps.Volumes = cfg.Volumes != nil
 	ac := asynq.NewClientFromRedisClient(rdb)
-	sch, err := scheduler.New(js, ac, store, scheduler.Config{Caps: caps})
+	scfg := scheduler.Config{Caps: caps}
+	ccfg := pclient.Config{}
+	if cfg.TracerProvider != nil {
+		scfg.Tracer = cfg.TracerProvider.Tracer(scheduler.TracerName)
+		ccfg.Tracer = cfg.TracerProvider.Tracer(pclient.TracerName)
+	}
+	sch, err := scheduler.New(js, ac, store, scfg)
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(ctx))
 	t.Cleanup(sch.Stop)
@@ -121,7 +127,7 @@ func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack
 		w.Stop()
 		requireNoContainers(t, d, owner)
 	})
-	c, err := pclient.New(nc, pclient.Config{})
+	c, err := pclient.New(nc, ccfg)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &stack{t: t, docker: d, nc: nc, client: c, store: store, worker: w, owner: owner, rdb: rdb}

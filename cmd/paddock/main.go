@@ -74,7 +74,7 @@ Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
 	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL (redis://host:port/db or unix:///path)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 
-	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), schemaCmd())
+	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(), schemaCmd())
 	root.SetArgs(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

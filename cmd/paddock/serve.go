@@ -21,6 +21,7 @@ import (
 
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/scheduler"
+	"github.com/paddockhq/paddock/telemetry"
 )
 
 func defaultWorkerID() string {
@@ -79,16 +80,31 @@ func (s *stack) close() {
 	s.rdb.Close()
 }
 
-func newScheduler(s *stack, sf *schedFlags, cf *capsFlags, log *slog.Logger) (*scheduler.Scheduler, *asynq.Client, error) {
+func newScheduler(s *stack, sf *schedFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*scheduler.Scheduler, error) {
 	ac := asynq.NewClientFromRedisClient(s.rdb)
-	sch, err := scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
-		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log})
-	return sch, ac, err
+	// Queue gauges cost Redis calls per scrape: the schedulers export them,
+	// not every worker.
+	if _, err := telemetry.RegisterQueueGauges(obs.provider.MeterProvider().Meter("github.com/paddockhq/paddock"),
+		asynq.NewInspectorFromRedisClient(s.rdb)); err != nil {
+		return nil, err
+	}
+	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
+		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
+		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName)})
+}
+
+// readiness checks that a service's NATS connection and Redis answer.
+func (s *stack) readiness(ctx context.Context) error {
+	if !s.nc.IsConnected() {
+		return fmt.Errorf("NATS %s", s.nc.Status())
+	}
+	return s.rdb.Ping(ctx).Err()
 }
 
 func schedulerCmd(g *globals) *cobra.Command {
 	var sf schedFlags
 	var cf capsFlags
+	var of obsFlags
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Validate submissions from JetStream and enqueue them in Redis (run any number)",
@@ -99,22 +115,34 @@ func schedulerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			sch, _, err := newScheduler(s, &sf, &cf, g.logger)
+			obs, err := startObservability(ctx, &of, "paddock-scheduler", g.logger, s.readiness)
+			if err != nil {
+				return err
+			}
+			defer obs.stop()
+			sch, err := newScheduler(s, &sf, &cf, obs, g.logger)
 			if err != nil {
 				return err
 			}
 			if err := sch.Start(ctx); err != nil {
 				return err
 			}
+			canc, err := startCanceler(ctx, s, &cf, g.logger) // cancel.go
+			if err != nil {
+				sch.Stop()
+				return err
+			}
 			g.logger.Info("scheduler running", "nats", g.natsURL, "redis", g.redisURL)
 			<-ctx.Done()
 			g.logger.Info("scheduler stopping: finishing in-flight submissions")
+			canc.Stop()
 			sch.Stop()
 			return nil
 		},
 	}
 	sf.register(cmd)
 	cf.register(cmd.Flags())
+	of.register(cmd.Flags())
 	return cmd
 }
 
@@ -122,6 +150,7 @@ func workerCmd(g *globals) *cobra.Command {
 	var sf schedFlags
 	var cf capsFlags
 	var wf workerFlags
+	var of obsFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
@@ -137,7 +166,12 @@ func workerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, g.logger)
+			obs, err := startObservability(ctx, &of, "paddock-worker", g.logger, s.readiness)
+			if err != nil {
+				return err
+			}
+			defer obs.stop()
+			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, obs, g.logger)
 			if err != nil {
 				return err
 			}
@@ -154,6 +188,7 @@ func workerCmd(g *globals) *cobra.Command {
 	sf.register(cmd)
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
+	of.register(cmd.Flags())
 	return cmd
 }
 
@@ -161,6 +196,7 @@ func upCmd(g *globals) *cobra.Command {
 	var sf schedFlags
 	var cf capsFlags
 	var wf workerFlags
+	var of obsFlags
 	var dataDir, readyFile string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -198,11 +234,22 @@ running jobs, stop the services it started.`,
 				return err
 			}
 			defer s.close()
-			sch, _, err := newScheduler(s, &sf, &cf, log)
+			if of.spanFile == "" {
+				of.spanFile = filepath.Join(dataDir, "spans.jsonl")
+			}
+			obs, err := startObservability(ctx, &of, "paddock", log, s.readiness)
 			if err != nil {
 				return err
 			}
-			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, log)
+			defer obs.stop()
+			if wf.volumeRoot != "" {
+				cf.volumes = true
+			}
+			sch, err := newScheduler(s, &sf, &cf, obs, log)
+			if err != nil {
+				return err
+			}
+			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, obs, log)
 			if err != nil {
 				return err
 			}
@@ -211,6 +258,12 @@ running jobs, stop the services it started.`,
 				return err
 			}
 			if err := sch.Start(ctx); err != nil {
+				w.Stop()
+				return err
+			}
+			canc, err := startCanceler(ctx, s, &cf, log) // cancel.go
+			if err != nil {
+				sch.Stop()
 				w.Stop()
 				return err
 			}
@@ -225,6 +278,7 @@ running jobs, stop the services it started.`,
 			// Shutdown order: stop intake (scheduler), drain running jobs
 			// (worker), then the services that record results.
 			fmt.Fprintln(os.Stderr, "paddock: stopping: scheduler, then draining the worker")
+			canc.Stop()
 			sch.Stop()
 			w.Stop()
 			return nil
@@ -233,6 +287,7 @@ running jobs, stop the services it started.`,
 	sf.register(cmd)
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
+	of.register(cmd.Flags())
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where an embedded NATS and a child redis-server keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
 	return cmd

@@ -153,7 +153,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
 }
 
-func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, log *slog.Logger) (*worker.Worker, error) {
+func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
 	id := wf.id
 	if id == "" {
 		id = defaultWorkerID()
@@ -166,6 +166,7 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 	cfg := worker.Config{
 		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: cf.queueWeights(),
 		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
+		Metrics: obs.metrics, TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 	}
 	if wf.volumeRoot != "" {
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{Logger: log})

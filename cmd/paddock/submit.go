@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,15 +15,16 @@ import (
 
 	"github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/telemetry"
 )
 
 type submitFlags struct {
-	file, id, image, queue, workdir, heal, output, volume string
-	env, labels                                           []string
-	memoryMB, pids, timeoutS, jobTimeoutS                 int64
-	cpus                                                  float64
-	wait                                                  bool
-	waitTimeout                                           time.Duration
+	file, id, image, queue, workdir, heal, output, volume, spanFile string
+	env, labels                                                     []string
+	memoryMB, pids, timeoutS, jobTimeoutS                           int64
+	cpus                                                            float64
+	wait                                                            bool
+	waitTimeout                                                     time.Duration
 }
 
 func submitCmd(g *globals) *cobra.Command {
@@ -60,6 +62,7 @@ func submitCmd(g *globals) *cobra.Command {
 	fs.BoolVarP(&f.wait, "wait", "w", false, "wait for the results and print them")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (default: no limit)")
 	fs.StringVarP(&f.output, "output", "o", "table", "output format: table or json (one object per line)")
+	fs.StringVar(&f.spanFile, "span-file", "", "record the submit spans in this span file (default: the one of `paddock up`, when it exists)")
 	return cmd
 }
 
@@ -169,7 +172,24 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		return err
 	}
 	defer nc.Close()
-	c, err := client.New(nc, client.Config{Logger: g.logger})
+	cfg := client.Config{Logger: g.logger}
+	if f.spanFile == "" {
+		if p := filepath.Join(defaultDataDir(), "spans.jsonl"); fileExists(p) {
+			f.spanFile = p
+		}
+	}
+	if f.spanFile != "" {
+		p, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "paddock-cli", SpanFile: f.spanFile, Logger: g.logger})
+		if err == nil {
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = p.Shutdown(sctx)
+			}()
+			cfg.Tracer = p.TracerProvider().Tracer(client.TracerName)
+		}
+	}
+	c, err := client.New(nc, cfg)
 	if err != nil {
 		return err
 	}
@@ -239,6 +259,11 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		return &exitCodeError{exitFailure}
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func getCmd(g *globals) *cobra.Command {

@@ -1,0 +1,64 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// ErrNoCanceler: no scheduler answers cancel requests (none runs, or they
+// predate cancel support).
+var ErrNoCanceler = errors.New("client: no scheduler answers cancel requests: start one (`paddock up` or `paddock scheduler`)")
+
+// Cancel cancels job id: a job waiting in the queue is removed and ends
+// `canceled`; a running job's container is killed and it ends `canceled`; a
+// finished job is left as it is (the reply says how it ended); a job not yet
+// scheduled, or an unknown id, is flagged so that it ends `canceled` when it
+// is reached. The reply's Outcome says which. Cancel is idempotent; an error
+// means the request may not have been carried out and retrying is safe.
+// Without a ctx deadline, PublishTimeout applies.
+func (c *Client) Cancel(ctx context.Context, id string) (job.CancelReply, error) {
+	if err := checkID(id); err != nil {
+		return job.CancelReply{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
+		defer cancel()
+	}
+	data, err := json.Marshal(job.CancelRequest{ID: id})
+	if err != nil {
+		return job.CancelReply{}, err
+	}
+	nc := c.js.Conn()
+	// A scheduler restarting, or NATS reconnecting, answers "no
+	// responders" for a moment: retry that until the deadline.
+	for {
+		msg, err := nc.RequestWithContext(ctx, job.SubjectCancelRequest, data)
+		switch {
+		case err == nil:
+			var reply job.CancelReply
+			if err := json.Unmarshal(msg.Data, &reply); err != nil {
+				return job.CancelReply{}, fmt.Errorf("client: cancel %s: malformed reply: %w", id, err)
+			}
+			if reply.Error != "" {
+				return reply, fmt.Errorf("client: cancel %s: %s", id, reply.Error)
+			}
+			return reply, nil
+		case errors.Is(err, nats.ErrNoResponders):
+			select {
+			case <-ctx.Done():
+				return job.CancelReply{}, fmt.Errorf("%w (%s)", ErrNoCanceler, id)
+			case <-time.After(200 * time.Millisecond):
+			}
+		default:
+			return job.CancelReply{}, fmt.Errorf("client: cancel %s: %w", id, err)
+		}
+	}
+}

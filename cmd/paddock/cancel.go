@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/spf13/cobra"
+
+	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/scheduler"
+)
+
+func cancelCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Cancel jobs: remove a queued job, or kill a running one's container (the result says canceled)",
+		Long: `cancel asks a scheduler to cancel each job and prints what happened:
+  canceled  the job was waiting in the queue; it was removed and never runs
+  killing   the job is running; its worker kills the container and records canceled
+  finished  the job had already ended (its state is printed); nothing changed
+  flagged   the job is not in the queue yet (or the id is unknown); it ends
+            canceled as soon as a scheduler or worker reaches it
+Exit status 1 when a cancel could not be carried out (retrying is safe).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			ctx := cmd.Context()
+			nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			c, err := client.New(nc, client.Config{Logger: g.logger, PublishTimeout: timeout})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			failed := 0
+			for _, id := range ids {
+				r, err := c.Cancel(ctx, id)
+				if err != nil {
+					failed++
+					fmt.Fprintf(os.Stderr, "%s: not canceled: %v\n", id, err)
+					if errors.Is(err, client.ErrNoCanceler) {
+						break
+					}
+					continue
+				}
+				fmt.Printf("%s\t%s\t%s\n", r.ID, r.Outcome, r.Message)
+			}
+			if failed > 0 {
+				return &exitCodeError{exitFailure}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "give up on a cancel request after this long")
+	return cmd
+}
+
+// startCanceler answers cancel requests next to a scheduler (any number of
+// schedulers share them through a queue group).
+func startCanceler(ctx context.Context, s *stack, cf *capsFlags, log *slog.Logger) (*scheduler.Canceler, error) {
+	insp := asynq.NewInspectorFromRedisClient(s.rdb)
+	c, err := scheduler.NewCanceler(s.nc, insp, s.st, scheduler.CancelerConfig{Queues: cf.caps().Queues, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("cancel responder on %s: %w", job.SubjectCancelRequest, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/paddockhq/paddock/telemetry"
+)
+
+// obsFlags configure telemetry and the health/metrics endpoint.
+type obsFlags struct {
+	metricsAddr string
+	spanFile    string
+}
+
+func (o *obsFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464); empty disables")
+	fs.StringVar(&o.spanFile, "span-file", "", "also write every span as a JSON line to this file (read it with `paddock trace ID`)")
+}
+
+// observability is one service's telemetry.
+type observability struct {
+	provider *telemetry.Provider
+	metrics  *telemetry.Metrics
+	srv      *http.Server
+	log      *slog.Logger
+}
+
+// startObservability sets up OpenTelemetry from OTEL_* (quiet when unset),
+// the metrics instruments, and the optional HTTP endpoint. ready is called
+// by /readyz.
+func startObservability(ctx context.Context, o *obsFlags, service string, log *slog.Logger, ready func(context.Context) error) (*observability, error) {
+	if o.spanFile != "" {
+		if err := os.MkdirAll(filepath.Dir(o.spanFile), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	p, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, Logger: log, SpanFile: o.spanFile, SetGlobal: true})
+	if err != nil {
+		return nil, err
+	}
+	m, err := telemetry.NewMetrics(p.MeterProvider().Meter("github.com/paddockhq/paddock"))
+	if err != nil {
+		_ = p.Shutdown(ctx)
+		return nil, err
+	}
+	obs := &observability{provider: p, metrics: m, log: log}
+	if o.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", p.MetricsHandler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			rctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			defer cancel()
+			if err := ready(rctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		ln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			_ = p.Shutdown(ctx)
+			return nil, fmt.Errorf("--metrics-addr %s: %w", o.metricsAddr, err)
+		}
+		obs.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := obs.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics endpoint", "err", err)
+			}
+		}()
+		log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	}
+	return obs, nil
+}
+
+// stop flushes telemetry last: it records the shutdown of everything else.
+func (o *observability) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if o.srv != nil {
+		_ = o.srv.Shutdown(ctx)
+	}
+	if err := o.provider.Shutdown(ctx); err != nil {
+		o.log.Warn("telemetry shutdown", "err", err)
+	}
+}
+
+func traceCmd() *cobra.Command {
+	var spanFile string
+	cmd := &cobra.Command{
+		Use:   "trace ID",
+		Short: "Print a job's span tree with durations from a span file (no tracing backend needed)",
+		Long: `trace reads the JSON-lines span file that 'paddock up' writes (or any service
+started with --span-file) and prints the spans of one job (by job id or trace
+id) as a tree: submit, schedule, queue, lock wait, sandbox acquire, attempts.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if spanFile == "" {
+				spanFile = filepath.Join(defaultDataDir(), "spans.jsonl")
+			}
+			spans, err := telemetry.ReadSpans(spanFile, args[0])
+			if err != nil {
+				return fmt.Errorf("read spans from %s: %w (services write it with --span-file; `paddock up` writes <data-dir>/spans.jsonl)", spanFile, err)
+			}
+			if len(spans) == 0 {
+				return fmt.Errorf("no spans for %s in %s (spans reach the file within about a second of the job's end)", args[0], spanFile)
+			}
+			return telemetry.RenderTree(os.Stdout, spans)
+		},
+	}
+	cmd.Flags().StringVar(&spanFile, "span-file", "", "span file (default <data-dir>/spans.jsonl of `paddock up`)")
+	return cmd
+}

@@ -3,9 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,37 +13,13 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/paddockhq/paddock/internal/testsvc"
 )
 
 var initPath string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paddock-init-")
-	if err != nil {
-		panic(err)
-	}
-	initPath = filepath.Join(dir, "paddock-init")
-	build := exec.Command("go", "build", "-o", initPath, "github.com/paddockhq/paddock/cmd/paddock-init")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build paddock-init: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsvc.InitMain(m, &initPath) }
 
 type setup struct {
 	t      *testing.T

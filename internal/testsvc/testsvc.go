@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // Redis is a private redis-server process.
@@ -193,4 +194,34 @@ func RequireImage(tb testing.TB, c *client.Client, image string) {
 // Unique returns a name unique to this test run, for labels, keys and streams.
 func Unique(prefix string) string {
 	return prefix + strconv.FormatInt(time.Now().UnixNano(), 36) + fmt.Sprint(os.Getpid()%1000)
+}
+
+// InitMain is a TestMain for packages that run sandboxes: it builds the
+// static paddock-init once into a temporary directory, stores its path in
+// *initPath, runs the tests, and checks for leaked goroutines.
+func InitMain(m *testing.M, initPath *string) {
+	dir, err := os.MkdirTemp("", "paddock-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*initPath = filepath.Join(dir, "paddock-init")
+	build := exec.Command("go", "build", "-o", *initPath, "github.com/paddockhq/paddock/cmd/paddock-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build paddock-init: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		// Idle keep-alive connections of the Docker client are not leaks.
+		if err := goleak.Find(goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop")); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

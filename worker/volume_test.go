@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
+	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/worker"
 )
 
@@ -70,29 +72,71 @@ func TestVolumeWritersSerialize(t *testing.T) {
 	assert.GreaterOrEqual(t, waited, 1, "at least one job waited for the lock")
 }
 
-func TestVolumeLeaseLostKillsJob(t *testing.T) {
-	s, _ := volumeStack(t, 1500*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	sub, err := s.client.Submit(ctx, job.Spec{Command: "echo started; sleep 60",
-		Volume: &job.Volume{Name: "stolen", Mode: job.VolumeRW}})
-	require.NoError(t, err)
-	// Steal the lease while the job runs: overwrite the key with another token.
+// stealLease overwrites the volume's lease key with another owner's token.
+func stealLease(t *testing.T, s *stack, volume string) {
+	t.Helper()
+	ctx := context.Background()
 	rdb := s.redisClient()
 	require.Eventually(t, func() bool {
-		keys, _ := rdb.Keys(ctx, "paddock:lock:*stolen*").Result()
+		keys, _ := rdb.Keys(ctx, "paddock:lock:*"+volume+"*").Result()
 		for _, k := range keys {
 			if !strings.HasSuffix(k, ":fence") {
 				return rdb.Set(ctx, k, "thief", time.Minute).Err() == nil
 			}
 		}
 		return false
-	}, 60*time.Second, 20*time.Millisecond)
+	}, 60*time.Second, 10*time.Millisecond)
+}
+
+func TestVolumeLeaseLostWhileRunning(t *testing.T) {
+	s, root := volumeStack(t, 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sub, err := s.client.Submit(ctx, job.Spec{Command: "touch /workspace/started; sleep 60",
+		Volume: &job.Volume{Name: "stolen", Mode: job.VolumeRW}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(root, "stolen", "started"))
+		return err == nil
+	}, time.Minute, 10*time.Millisecond, "the job never started")
+	stealLease(t, s, "stolen")
 	r, err := s.client.Wait(ctx, sub.ID)
 	require.NoError(t, err)
 	assert.Equal(t, job.ReasonLeaseLost, r.Reason, r.Error)
 	assert.Equal(t, job.StateFailed, r.State)
-	assert.Contains(t, r.Error, "lease")
+	assert.Contains(t, r.Error, "killed")
+	require.Len(t, r.Attempts, 1)
+	assert.Equal(t, job.ReasonLeaseLost, r.Attempts[0].Reason)
+}
+
+// slowCreate delays container creation, as a loaded engine does.
+type slowCreate struct {
+	sandbox.DockerClient
+	delay time.Duration
+}
+
+func (s slowCreate) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	time.Sleep(s.delay)
+	return s.DockerClient.ContainerCreate(ctx, o)
+}
+
+func TestVolumeLeaseLostWhileStarting(t *testing.T) {
+	wrapDocker = func(d sandbox.DockerClient) sandbox.DockerClient { return slowCreate{d, 3 * time.Second} }
+	defer func() { wrapDocker = nil }()
+	s, root := volumeStack(t, 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sub, err := s.client.Submit(ctx, job.Spec{Command: "touch /workspace/ran",
+		Volume: &job.Volume{Name: "early", Mode: job.VolumeRW}})
+	require.NoError(t, err)
+	stealLease(t, s, "early") // the container is still being created
+	r, err := s.client.Wait(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, job.ReasonLeaseLost, r.Reason, r.Error)
+	assert.Contains(t, r.Error, "did not run")
+	assert.Equal(t, 1, r.Runs, "a job whose lease was stolen is not run again")
+	_, err = os.Stat(filepath.Join(root, "early", "ran"))
+	assert.True(t, os.IsNotExist(err), "the command must not have run")
 }
 
 func TestVolumeReadOnly(t *testing.T) {

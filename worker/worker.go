@@ -496,6 +496,14 @@ func explain(r job.Reason, out sandbox.Outcome, eff job.Effective, jobDeadline b
 func (w *Worker) infraFail(ctx context.Context, log *slog.Logger, res job.Result, cause error) error {
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if errors.Is(context.Cause(ctx), errLeaseLost) {
+		// Lost while the sandbox was starting: the job never ran, but it
+		// must not run again under a lease someone else now holds.
+		res.Error = "the volume's lease was lost before the job could start (Redis unreachable or the lease taken over); it did not run"
+		res.FinishedAt = w.cfg.Now()
+		res.Finish(job.ReasonLeaseLost)
+		return w.record(ctx, log, res)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("worker: job %s interrupted: %w", res.ID, context.Cause(ctx))
 	}

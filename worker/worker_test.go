@@ -27,6 +27,10 @@ import (
 
 var initPath string
 
+// wrapDocker, when set by a (non-parallel) test, wraps the real Docker
+// client of the next stack to inject faults.
+var wrapDocker func(sandbox.DockerClient) sandbox.DockerClient
+
 func TestMain(m *testing.M) { testsvc.InitMain(m, &initPath) }
 
 // stack is a whole Paddock fleet in one test: embedded NATS, a private
@@ -89,7 +93,11 @@ func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack
 	require.NoError(t, sch.Start(ctx))
 	t.Cleanup(sch.Stop)
 
-	rt, err := sandbox.New(d, sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1})
+	var dc sandbox.DockerClient = d
+	if wrapDocker != nil {
+		dc = wrapDocker(d)
+	}
+	rt, err := sandbox.New(dc, sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1})
 	require.NoError(t, err)
 	w, err := worker.New(rdb, rt, store, cfg)
 	require.NoError(t, err)

@@ -145,12 +145,14 @@ type Submission struct {
 // most job.MaxCommandBytes, document at most job.MaxSpecBytes) returns an
 // error wrapping job.ErrInvalid and publishes nothing; the scheduler does
 // the full validation against the operator's caps and records a `rejected`
-// result for what it refuses.
-func (c *Client) Submit(ctx context.Context, spec job.Spec) (Submission, error) {
+// result for what it refuses. opts (options.go) add scheduling options
+// such as NotBefore.
+func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption) (Submission, error) {
 	msg, spec, err := c.prepare(spec)
 	if err != nil {
 		return Submission{ID: spec.ID}, err
 	}
+	applyOptions(msg, opts)
 	ctx, span := c.startSubmit(ctx, msg, spec.ID)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -192,8 +194,9 @@ func (e *BatchError) Unwrap() []error { return e.Errs }
 // when any item failed (its Submission.Err says why; the others are
 // stored). progress, if not nil, is called after each item with the number
 // of items settled so far; the calls come one at a time from a goroutine of
-// SubmitBatch. Canceling ctx fails the items not yet confirmed.
-func (c *Client) SubmitBatch(ctx context.Context, specs []job.Spec, progress func(done, total int)) ([]Submission, error) {
+// SubmitBatch. Canceling ctx fails the items not yet confirmed. opts apply
+// to every item.
+func (c *Client) SubmitBatch(ctx context.Context, specs []job.Spec, progress func(done, total int), opts ...SubmitOption) ([]Submission, error) {
 	subs := make([]Submission, len(specs))
 	type inflight struct {
 		i    int
@@ -233,6 +236,9 @@ func (c *Client) SubmitBatch(ctx context.Context, specs []job.Spec, progress fun
 	for i, spec := range specs {
 		msg, spec, err := c.prepare(spec)
 		subs[i].ID = spec.ID
+		if err == nil {
+			applyOptions(msg, opts)
+		}
 		if err == nil && ctx.Err() != nil {
 			err = fmt.Errorf("client: submit %s: %w", spec.ID, ctx.Err())
 		}

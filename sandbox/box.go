@@ -30,6 +30,9 @@ const (
 	LabelAttempt = "io.paddock.run"
 	// InitTarget is where paddock-init is mounted in every container.
 	InitTarget = "/.paddock/init"
+	// InstallDir is the exec-allowed tmpfs the heal loop installs into
+	// (healer.DefaultPrefix); its bin directories end the default PATH.
+	InstallDir = "/.paddock/root"
 )
 
 // DockerClient lists the engine calls the sandbox makes.
@@ -165,6 +168,13 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	}
 	if !hasWorkspace {
 		tmpfs[WorkspaceDir] = fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)
+	}
+	if r.cfg.InstallTmpfsMB > 0 {
+		uid, gid, _ := numericUser(r.cfg.User)
+		tmpfs[InstallDir] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%dm,mode=0755,uid=%s,gid=%s", r.cfg.InstallTmpfsMB, uid, gid)
+	}
+	for _, m := range r.cfg.ExtraMounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
 	}
 	memBytes := p.MemoryMB << 20
 	pids := p.Pids

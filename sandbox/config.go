@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -45,7 +46,16 @@ type Config struct {
 	// age below which an untracked container of this owner is left alone.
 	ReapInterval time.Duration
 	ReapGrace    time.Duration
-	Logger       *slog.Logger
+	// InstallTmpfsMB sizes the per-container tmpfs at InstallDir, the one
+	// exec-allowed writable place, owned by User, where the heal loop
+	// unpacks missing tools (default 256; its pages count against the
+	// container's memory limit; negative: no install dir).
+	InstallTmpfsMB int64
+	// ExtraMounts are host paths bind-mounted read-only into every
+	// container, e.g. the heal loop's package source at /.paddock/pkgs.
+	// Unlike Profile.Mounts they keep containers poolable.
+	ExtraMounts []Mount
+	Logger      *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -93,6 +103,31 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Logger = c.Logger.With("component", "sandbox")
+	if c.InstallTmpfsMB == 0 {
+		c.InstallTmpfsMB = 256
+	}
+	if c.InstallTmpfsMB > 0 {
+		if _, _, ok := numericUser(c.User); !ok {
+			return c, fmt.Errorf("%w: user %q must be numeric uid:gid when the install dir is on (set InstallTmpfsMB < 0 to turn it off)", ErrConfig, c.User)
+		}
+	}
+	seen, extra := map[string]bool{}, make([]Mount, 0, len(c.ExtraMounts))
+	for _, m := range c.ExtraMounts {
+		t := filepath.Clean(m.Target)
+		switch {
+		case !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target):
+			return c, fmt.Errorf("%w: extra mount %s → %s: both paths must be absolute", ErrConfig, m.Source, m.Target)
+		case t == "/" || t == InitTarget || t == InstallDir || t == "/tmp" || t == WorkspaceDir ||
+			strings.HasPrefix(t, "/tmp/") || strings.HasPrefix(t, WorkspaceDir+"/") || strings.HasPrefix(t, InstallDir+"/") || seen[t]:
+			return c, fmt.Errorf("%w: extra mount target %s collides with a sandbox mount", ErrConfig, m.Target)
+		}
+		if _, err := os.Stat(m.Source); err != nil {
+			return c, fmt.Errorf("%w: extra mount source: %v", ErrConfig, err)
+		}
+		seen[t] = true
+		extra = append(extra, Mount{Source: m.Source, Target: t, ReadOnly: true})
+	}
+	c.ExtraMounts = extra // a copy: the caller's slice is not changed
 	if !filepath.IsAbs(c.InitPath) {
 		return c, fmt.Errorf("%w: init path %q must be absolute", ErrConfig, c.InitPath)
 	}
@@ -101,6 +136,19 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: init binary %s is missing or not executable (build it with `make build`, or set --init-path / PADDOCK_INIT_PATH)", ErrConfig, c.InitPath)
 	}
 	return c, nil
+}
+
+// numericUser splits a "uid:gid" (or "uid") user of digits.
+func numericUser(u string) (uid, gid string, ok bool) {
+	uid, gid, found := strings.Cut(u, ":")
+	if !found {
+		gid = uid
+	}
+	isNum := func(s string) bool {
+		_, err := strconv.ParseUint(s, 10, 32)
+		return err == nil
+	}
+	return uid, gid, isNum(uid) && isNum(gid)
 }
 
 // DefaultInitPath is the first existing of: $PADDOCK_INIT_PATH, a

@@ -363,7 +363,8 @@ func classify(x initproto.Exit) Reason {
 // defaultEnv is every command's base environment; nothing of the worker's
 // own environment is ever added.
 var defaultEnv = map[string]string{
-	"PATH":   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" +
+		InstallDir + "/usr/local/bin:" + InstallDir + "/usr/bin:" + InstallDir + "/bin",
 	"HOME":   "/tmp",
 	"TMPDIR": "/tmp",
 	"LANG":   "C.UTF-8",

@@ -140,6 +140,10 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	if err == nil {
 		eff, err = job.Validate(&spec, s.cfg.Caps)
 	}
+	var after time.Time // delayed job (delay.go)
+	if err == nil {
+		after, err = notBefore(msg.Headers())
+	}
 	if err != nil {
 		return s.reject(ctx, msg, meta, owner, spec, err)
 	}
@@ -180,7 +184,7 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 		return d.with(OutcomeCanceled)
 	}
 
-	err = s.enqueue(ctx, spec, eff)
+	err = s.enqueue(ctx, spec, eff, after)
 	switch {
 	case err == nil:
 		return d.with(OutcomeEnqueued)
@@ -210,21 +214,22 @@ func (d decision) retry(err error) decision {
 }
 
 // enqueue puts the task in Redis, carrying the trace context in its headers.
-func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effective) error {
+func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effective, notBefore time.Time) error {
 	payload, err := json.Marshal(spec)
 	if err != nil {
 		return err
 	}
 	headers := make(map[string]string, 3)
 	s.propagator().Inject(ctx, propagation.MapCarrier(headers))
-	headers[job.TaskHeaderQueuedAt] = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+	delayOpts, queuedAt := s.delay(notBefore)
+	headers[job.TaskHeaderQueuedAt] = queuedAt.UTC().Format(time.RFC3339Nano)
 	task := asynq.NewTaskWithHeaders(job.TaskType, payload, headers)
-	_, err = s.enq.EnqueueContext(ctx, task,
+	_, err = s.enq.EnqueueContext(ctx, task, append([]asynq.Option{
 		asynq.TaskID(spec.ID),
 		asynq.Queue(spec.Queue),
 		asynq.MaxRetry(s.cfg.MaxRetry),
-		asynq.Timeout(eff.JobTimeout+TaskTimeoutMargin),
-		asynq.Retention(s.cfg.TaskRetention))
+		asynq.Timeout(eff.JobTimeout + TaskTimeoutMargin),
+		asynq.Retention(s.cfg.TaskRetention)}, delayOpts...)...)
 	return err
 }
 

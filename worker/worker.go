@@ -2,27 +2,26 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/paddockhq/paddock/telemetry"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/paddockhq/paddock/telemetry"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paddockhq/paddock/healer"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
 	"github.com/paddockhq/paddock/results"
@@ -76,6 +75,9 @@ type Config struct {
 	Volumes VolumeGuard
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
+	// Healer runs each job's command under the self-healing loop (default:
+	// healer.New with the healer's defaults: rules mode, no LLM, no memo).
+	Healer Healer
 	// Metrics (optional) records jobs, queue wait, run time, pool and lease
 	// metrics; TracerProvider and MeterProvider default to the globals.
 	Metrics        *telemetry.Metrics
@@ -127,6 +129,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Logger = c.Logger.With("component", "worker", "worker", c.ID)
+	if c.Healer == nil {
+		h, err := healer.New(healer.Config{Logger: c.Logger, Tracer: c.TracerProvider.Tracer("github.com/paddockhq/paddock/healer"),
+			SpanAttributes: SandboxSpanAttributes, Metrics: healer.Metrics{Heal: c.Metrics.HealAttempt}})
+		if err != nil {
+			return c, err
+		}
+		c.Healer = h
+	}
 	if c.Concurrency < 0 {
 		return c, fmt.Errorf("%w: concurrency %d", ErrConfig, c.Concurrency)
 	}
@@ -414,24 +424,29 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
 
-	t0 := w.cfg.Now()
-	rctx, rspan := w.tr.Start(ctx, "paddock.attempt", trace.WithAttributes(
-		attribute.Int("paddock.attempt", 1), attribute.String("paddock.heal.action", string(job.ActionInitial)),
-		attribute.String("paddock.command.sha256", commandHash(spec.Command)),
+	trace.SpanFromContext(ctx).SetAttributes(
 		attribute.Int64("paddock.limits.memory_mb", eff.MemoryMB), attribute.Float64("paddock.limits.cpus", eff.CPUs),
-		attribute.Int64("paddock.limits.pids", eff.Pids), attribute.Int64("paddock.limits.command_timeout_s", int64(eff.CommandTimeout/time.Second))))
-	out, err := sess.Run(rctx, sandbox.Command{
-		Script: spec.Command, Dir: spec.Workdir, Timeout: eff.CommandTimeout, OutputBytes: eff.OutputBytes,
-	})
-	endAttemptSpan(rspan, out, err)
-	att := job.Attempt{N: 1, Action: job.ActionInitial, Command: spec.Command, StartedAt: t0,
-		DurationMS: w.cfg.Now().Sub(t0).Milliseconds()}
+		attribute.Int64("paddock.limits.pids", eff.Pids), attribute.Int64("paddock.limits.command_timeout_s", int64(eff.CommandTimeout/time.Second)))
+	var policy job.HealPolicy
+	if spec.Heal != nil {
+		policy = *spec.Heal
+	}
+	// The job budget: the healer fits its commands, installs and LLM calls
+	// into it, so the sandbox (not this context) ends a command at the deadline.
+	hctx, hcancel := context.WithDeadline(ctx, started.Add(eff.JobTimeout))
+	defer hcancel()
+	hres, err := w.cfg.Healer.Run(hctx, &sessionExec{sess: sess, dir: spec.Workdir, outputBytes: eff.OutputBytes},
+		spec, policy, eff.CommandTimeout)
+	res.Attempts = hres.Attempts
+	out, _ := hres.Final.Detail.(sandbox.Outcome)
+	jobDeadline := err != nil && ctx.Err() == nil &&
+		(errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout || errors.Is(err, context.DeadlineExceeded))
 	switch {
-	case err == nil, errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout:
+	case err == nil, jobDeadline:
 		// The command ended (a job-deadline kill is the job's timeout).
 	case errors.Is(context.Cause(ctx), errLeaseLost):
 		res.Error = "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data"
-		res.Attempts = append(res.Attempts, withReason(att, job.ReasonLeaseLost, -1))
+		markLast(&res, job.ReasonLeaseLost)
 		res.FinishedAt = w.cfg.Now()
 		res.Finish(job.ReasonLeaseLost)
 		return w.record(ctx, log, res)
@@ -446,7 +461,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 		if c, _ := w.store.Canceled(dctx, id); c {
 			res.Error = "canceled while running; its container was killed"
-			res.Attempts = append(res.Attempts, withReason(att, job.ReasonCanceled, -1))
+			markLast(&res, job.ReasonCanceled)
 			res.FinishedAt = w.cfg.Now()
 			res.Finish(job.ReasonCanceled)
 			return w.record(ctx, log, res)
@@ -456,16 +471,16 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	default:
 		return w.infraFail(ctx, log, res, err)
 	}
-	reason := job.Reason(out.Reason)
-	att = withReason(att, reason, out.ExitCode)
-	att.StderrTail = tailString(out.Stderr, 2048)
-	res.Attempts = append(res.Attempts, att)
-	code := out.ExitCode
+	reason, code := hres.Reason, hres.Final.ExitCode
+	if jobDeadline {
+		reason, code = job.ReasonTimeout, -1
+		markLast(&res, job.ReasonTimeout)
+	}
 	res.ExitCode = &code
 	res.Stdout, res.Stderr = toOutput(out.Stdout), toOutput(out.Stderr)
 	res.FinishedAt = w.cfg.Now()
 	res.Finish(reason)
-	res.Error = explain(reason, out, eff, err != nil)
+	res.Error = explain(reason, out, eff, jobDeadline)
 	return w.record(ctx, log, res)
 }
 
@@ -559,28 +574,6 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-func endAttemptSpan(span trace.Span, out sandbox.Outcome, err error) {
-	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), telemetry.AttrReason.String(string(out.Reason)),
-		attribute.Int64("paddock.stdout.bytes", out.Stdout.Bytes), attribute.Int64("paddock.stderr.bytes", out.Stderr.Bytes),
-		attribute.Bool("paddock.output.truncated", out.Stdout.Truncated || out.Stderr.Truncated),
-		attribute.Int64("paddock.oom_kills", out.OOMKills), attribute.Int("paddock.leftover_processes", out.Leftover))
-	if out.Reason != "" && out.Reason != sandbox.ReasonOK {
-		span.SetAttributes(attribute.String("error.type", string(out.Reason)))
-		span.SetStatus(codes.Error, string(out.Reason))
-	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}
-
-// commandHash identifies a command in traces without recording its text.
-func commandHash(cmd string) string {
-	sum := sha256.Sum256([]byte(cmd))
-	return hex.EncodeToString(sum[:8])
-}
-
 // detached returns a context that outlives ctx's cancellation, with its own
 // deadline, for final writes and cleanup.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -618,19 +611,4 @@ func toOutput(o sandbox.Output) job.Output {
 		out.OmittedBytes = o.Bytes - int64(len(o.Head)) - int64(len(o.Tail))
 	}
 	return out
-}
-
-// tailString returns at most n bytes of the end of o, on a rune boundary.
-func tailString(o sandbox.Output, n int) string {
-	b := o.Head
-	if o.Truncated {
-		b = o.Tail
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-		for len(b) > 0 && !utf8.RuneStart(b[0]) {
-			b = b[1:]
-		}
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
 }

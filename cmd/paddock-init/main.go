@@ -17,8 +17,9 @@
 //     kills and pids exhaustion are reported from the kernel's own counters;
 //   - reaps every zombie (it is the container's init).
 //
-// When stdin reaches EOF (the worker went away) or SIGTERM arrives, it kills
-// every process and exits, so the container ends even if its owner crashed.
+// When stdin reaches EOF (the worker went away), also in the middle of a
+// command, or SIGTERM arrives, it kills every process and exits, so the
+// container ends even if its owner crashed.
 package main
 
 import (
@@ -64,16 +65,31 @@ func main() {
 	hello, _ := json.Marshal(initproto.Hello{Version: initproto.Version, PID: os.Getpid(), UID: os.Getuid()})
 	p.send(initproto.TypeHello, hello)
 
-	in := bufio.NewReaderSize(os.Stdin, 64<<10)
-	for {
-		typ, payload, err := initproto.ReadFrame(in)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				fmt.Fprintf(os.Stderr, "paddock-init: %v\n", err)
+	// stdin is read while commands run, not only between them: when the
+	// worker goes away (kill -9, lost host) its end of the attach stream
+	// closes and init ends everything at once, even in the middle of a
+	// command, so an orphaned job never keeps running next to its re-run.
+	type frame struct {
+		typ     byte
+		payload []byte
+	}
+	frames := make(chan frame)
+	go func() {
+		in := bufio.NewReaderSize(os.Stdin, 64<<10)
+		for {
+			typ, payload, err := initproto.ReadFrame(in)
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					fmt.Fprintf(os.Stderr, "paddock-init: %v\n", err)
+				}
+				killAll()
+				os.Exit(0)
 			}
-			killAll()
-			os.Exit(0)
+			frames <- frame{typ, payload}
 		}
+	}()
+	for f := range frames {
+		typ, payload := f.typ, f.payload
 		switch typ {
 		case initproto.TypeRun:
 			var req initproto.Request

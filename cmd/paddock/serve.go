@@ -105,6 +105,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 	var sf schedFlags
 	var cf capsFlags
 	var of obsFlags
+	var pf periodicFlags
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Validate submissions from JetStream and enqueue them in Redis (run any number)",
@@ -127,7 +128,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 			if err := sch.Start(ctx); err != nil {
 				return err
 			}
-			canc, err := startCanceler(ctx, s, &cf, g.logger) // cancel.go
+			stopControl, err := startControl(ctx, s, &cf, &pf, g.logger) // control.go: cancel, periodic jobs
 			if err != nil {
 				sch.Stop()
 				return err
@@ -135,7 +136,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 			g.logger.Info("scheduler running", "nats", g.natsURL, "redis", g.redisURL)
 			<-ctx.Done()
 			g.logger.Info("scheduler stopping: finishing in-flight submissions")
-			canc.Stop()
+			stopControl()
 			sch.Stop()
 			return nil
 		},
@@ -143,6 +144,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 	sf.register(cmd)
 	cf.register(cmd.Flags())
 	of.register(cmd.Flags())
+	pf.register(cmd.Flags())
 	return cmd
 }
 
@@ -197,6 +199,7 @@ func upCmd(g *globals) *cobra.Command {
 	var cf capsFlags
 	var wf workerFlags
 	var of obsFlags
+	var pf periodicFlags
 	var dataDir, readyFile string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -261,7 +264,7 @@ running jobs, stop the services it started.`,
 				w.Stop()
 				return err
 			}
-			canc, err := startCanceler(ctx, s, &cf, log) // cancel.go
+			stopControl, err := startControl(ctx, s, &cf, &pf, log) // control.go: cancel, periodic jobs
 			if err != nil {
 				sch.Stop()
 				w.Stop()
@@ -278,7 +281,7 @@ running jobs, stop the services it started.`,
 			// Shutdown order: stop intake (scheduler), drain running jobs
 			// (worker), then the services that record results.
 			fmt.Fprintln(os.Stderr, "paddock: stopping: scheduler, then draining the worker")
-			canc.Stop()
+			stopControl()
 			sch.Stop()
 			w.Stop()
 			return nil
@@ -288,6 +291,7 @@ running jobs, stop the services it started.`,
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
 	of.register(cmd.Flags())
+	pf.register(cmd.Flags())
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where an embedded NATS and a child redis-server keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
 	return cmd

@@ -87,6 +87,7 @@ type capsFlags struct {
 	maxCPUs                  float64
 	maxJobTimeout            time.Duration
 	volumes                  bool
+	allowInstall             bool
 }
 
 func (c *capsFlags) register(fs *pflag.FlagSet) {
@@ -97,6 +98,7 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.maxPids, "max-pids", 512, "cap on a job's pids")
 	fs.Float64Var(&c.maxCPUs, "max-cpus", 2, "cap on a job's cpus")
 	fs.DurationVar(&c.maxJobTimeout, "max-job-timeout", time.Hour, "cap on a job's job_timeout_s")
+	fs.BoolVar(&c.allowInstall, "allow-install", false, "let jobs ask for installs of missing tools (heal.allow_install; workers need --package-dir or an install network)")
 	fs.BoolVar(&c.volumes, "volumes", false, "accept jobs that ask for a shared volume (workers need --volume-root)")
 }
 
@@ -109,7 +111,7 @@ func (c *capsFlags) caps() job.Caps {
 		}
 	}
 	return job.Caps{Images: c.images, Queues: queues, EnvAllow: c.envAllow,
-		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes}.WithDefaults()
+		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes, AllowInstall: c.allowInstall}.WithDefaults()
 }
 
 // queueWeights gives the --queues order as asynq weights (first highest).
@@ -132,7 +134,9 @@ type workerFlags struct {
 	shutdownTimeout time.Duration
 	taskCheck       time.Duration
 	skipSelfTest    bool
+	strictPriority  bool
 	outputKillMB    int64
+	heal            healFlags
 	volumeRoot      string
 	leaseTTL        time.Duration
 	lockWait        time.Duration
@@ -147,7 +151,9 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.shutdownTimeout, "shutdown-timeout", 30*time.Second, "drain grace on SIGTERM before running jobs are killed and re-queued")
 	fs.DurationVar(&w.taskCheck, "task-check-interval", 100*time.Millisecond, "how often an idle worker polls Redis")
 	fs.BoolVar(&w.skipSelfTest, "skip-self-test", false, "skip the start-up proof that sandbox limits apply (not for production)")
+	fs.BoolVar(&w.strictPriority, "strict-priority", false, "take a lower queue's jobs only while every higher queue (--queues order) is empty; default: weighted 4:2:1")
 	fs.Int64Var(&w.outputKillMB, "output-kill-mb", 256, "kill a command whose output passes this many MiB (reason output_cap)")
+	w.heal.register(fs)
 	fs.StringVar(&w.volumeRoot, "volume-root", "", "directory holding shared volumes (a shared filesystem across hosts); empty disables volumes")
 	fs.DurationVar(&w.leaseTTL, "lease-ttl", 15*time.Second, "Redis lease ttl of a volume lock (a crashed holder blocks the volume this long)")
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
@@ -159,15 +165,21 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 		id = defaultWorkerID()
 	}
 	rt, err := sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
-		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, Logger: log})
+		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(), Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	cfg := worker.Config{
 		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: cf.queueWeights(),
 		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
-		Metrics: obs.metrics, TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
+		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
+		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 	}
+	h, err := newHealer(rdb, &wf.heal, obs, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Healer = h
 	if wf.volumeRoot != "" {
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{Logger: log})
 		if err != nil {

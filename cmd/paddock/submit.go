@@ -23,8 +23,10 @@ type submitFlags struct {
 	env, labels                                                     []string
 	memoryMB, pids, timeoutS, jobTimeoutS                           int64
 	cpus                                                            float64
-	wait                                                            bool
+	wait, allowInstall                                              bool
 	waitTimeout                                                     time.Duration
+	delay                                                           delayFlags // delay.go
+	submitOpts                                                      []client.SubmitOption
 }
 
 func submitCmd(g *globals) *cobra.Command {
@@ -35,10 +37,14 @@ func submitCmd(g *globals) *cobra.Command {
 		Example: `  paddock submit --wait -- 'echo hi'
   paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10 -- 'python3 -c "print(2**10)"'
   paddock submit --wait --file jobs.jsonl          # one JSON spec per line
+  paddock submit --in 10m -- 'make nightly'        # delayed: starts in 10 minutes (or --at RFC3339)
   cat jobs.jsonl | paddock submit --file - --wait --output json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			specs, err := f.specs(cmd, args)
 			if err != nil {
+				return err
+			}
+			if f.submitOpts, err = f.delay.options(time.Now()); err != nil {
 				return err
 			}
 			return submitAndWait(cmd.Context(), g, &f, specs)
@@ -50,7 +56,8 @@ func submitCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.image, "image", "", "sandbox image (default: the operator's default)")
 	fs.StringVar(&f.queue, "queue", "", "queue (default: \"default\")")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory (default /workspace)")
-	fs.StringVar(&f.heal, "heal", "", "self-healing: off, rules, llm")
+	fs.StringVar(&f.heal, "heal", "", "self-healing: off, rules, llm (default: the worker's)")
+	fs.BoolVar(&f.allowInstall, "allow-install", false, "let the healer install a missing tool (the operator must allow installs)")
 	fs.StringVar(&f.volume, "volume", "", "shared volume NAME or NAME:ro, mounted at /workspace (rw takes the volume's lock)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=value for the job (repeatable)")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label key=value (repeatable)")
@@ -62,6 +69,7 @@ func submitCmd(g *globals) *cobra.Command {
 	fs.BoolVarP(&f.wait, "wait", "w", false, "wait for the results and print them")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (default: no limit)")
 	fs.StringVarP(&f.output, "output", "o", "table", "output format: table or json (one object per line)")
+	f.delay.register(fs)
 	fs.StringVar(&f.spanFile, "span-file", "", "record the submit spans in this span file (default: the one of `paddock up`, when it exists)")
 	return cmd
 }
@@ -131,8 +139,8 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 		name, mode, _ := strings.Cut(f.volume, ":")
 		s.Volume = &job.Volume{Name: name, Mode: job.VolumeMode(mode)}
 	}
-	if f.heal != "" {
-		s.Heal = &job.HealPolicy{Mode: job.HealMode(f.heal)}
+	if f.heal != "" || f.allowInstall {
+		s.Heal = &job.HealPolicy{Mode: job.HealMode(f.heal), AllowInstall: f.allowInstall}
 	}
 	return []job.Spec{s}, nil
 }
@@ -196,7 +204,7 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 	defer c.Close()
 
 	prog := newProgress(os.Stderr, "submitted", len(specs))
-	subs, err := c.SubmitBatch(ctx, specs, prog.update)
+	subs, err := c.SubmitBatch(ctx, specs, prog.update, f.submitOpts...)
 	prog.done()
 	var ids []string
 	for i, s := range subs {

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/paddockhq/paddock/healer"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/sandbox"
+)
+
+// Healer runs a job's command under the self-healing loop (*healer.Loop).
+type Healer interface {
+	Run(ctx context.Context, ex healer.Executor, spec job.Spec, policy job.HealPolicy, cmdTimeout time.Duration) (healer.Result, error)
+}
+
+// sessionExec adapts a job's sandbox.Session to healer.Executor.
+type sessionExec struct {
+	sess        *sandbox.Session
+	dir         string // the job's workdir ("" = /workspace)
+	outputBytes int64  // the job's output cap per stream
+}
+
+// Exec runs one command of the heal loop (the job's, an installer, a
+// repair) in the job's container.
+func (e *sessionExec) Exec(ctx context.Context, c healer.Command) (healer.Outcome, error) {
+	o, err := e.sess.Run(ctx, sandbox.Command{
+		Script: c.Script, Env: c.Env, Dir: e.dir, Timeout: c.Timeout, OutputBytes: e.outputBytes,
+	})
+	return healer.Outcome{
+		ExitCode: o.ExitCode, Reason: job.Reason(o.Reason),
+		Stdout: outputText(o.Stdout), Stderr: outputText(o.Stderr),
+		StdoutBytes: o.Stdout.Bytes, StderrBytes: o.Stderr.Bytes,
+		Duration: o.Duration, Detail: o,
+	}, err
+}
+
+// outputText is a stream's text: whole, or head and tail around a marker.
+func outputText(o sandbox.Output) string {
+	if !o.Truncated {
+		return string(o.Head)
+	}
+	return string(o.Head) + "\n…\n" + string(o.Tail)
+}
+
+// SandboxSpanAttributes adds the sandbox's own counters to the heal loop's
+// attempt spans (healer.Config.SpanAttributes).
+func SandboxSpanAttributes(o healer.Outcome) []attribute.KeyValue {
+	so, ok := o.Detail.(sandbox.Outcome)
+	if !ok {
+		return nil
+	}
+	return []attribute.KeyValue{
+		attribute.Bool("paddock.output.truncated", so.Stdout.Truncated || so.Stderr.Truncated),
+		attribute.Int64("paddock.oom_kills", so.OOMKills), attribute.Int("paddock.leftover_processes", so.Leftover),
+	}
+}
+
+// markLast sets the reason of the last attempt, the one an interruption
+// ended.
+func markLast(res *job.Result, r job.Reason) {
+	if n := len(res.Attempts); n > 0 {
+		res.Attempts[n-1] = withReason(res.Attempts[n-1], r, -1)
+	}
+}

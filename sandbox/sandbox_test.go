@@ -100,7 +100,7 @@ func TestRunReasons(t *testing.T) {
 		{"exit code", "echo out; echo err >&2; exit 3", 0, ReasonExitNonzero, 3, "out\n"},
 		{"command not found", "no-such-tool --x", 0, ReasonExitNonzero, 127, ""},
 		{"timeout kills children", "sleep 100 & setsid sleep 100 & sleep 100", time.Second, ReasonTimeout, -1, ""},
-		{"fork bomb", ":(){ :|:& };:; wait", 20 * time.Second, ReasonPidsLimit, -2, ""},
+		{"fork bomb", ":(){ :|:& };:; sleep 60", 20 * time.Second, ReasonPidsLimit, -2, ""},
 		{"memory bomb", `x=$(head -c 300m /dev/zero | tr '\0' a); echo ${#x}`, 20 * time.Second, ReasonOOM, -2, ""},
 		{"fsize", "head -c 10m /dev/zero > /tmp/big", 0, ReasonFsize, -2, ""},
 		{"output flood", "yes flood", 20 * time.Second, ReasonOutputCap, -2, ""},

@@ -9,12 +9,17 @@
 #                                            (bash coreutils python3 jq gawk procps ca-certificates)
 #   sandbox-pip  paddock/sandbox-pip:latest  sandbox + python3-pip python3-venv
 #   paddock      paddock/paddock:latest      static paddock + paddock-init, FROM scratch
+#   nats         paddock/nats:latest         FROM scratch: static nats-server built from its Go
+#                                            module (JetStream; for docker-compose.yml)
+#   redis        paddock/redis:latest        FROM scratch: the host's Debian redis-server and
+#                                            redis-cli with the libraries they link
 #   all          test sandbox
 #
-# test, sandbox and sandbox-pip are built only when the image is absent or its
-# recipe changed (label io.paddock.recipe); --force rebuilds them. paddock is
-# rebuilt on every call: the Go build cache and Docker's layer cache make an
-# unchanged tree a no-op, and a stale worker image is worse than a second's work.
+# test, sandbox, sandbox-pip, nats and redis are built only when the image is
+# absent or its recipe changed (label io.paddock.recipe); --force rebuilds
+# them. paddock is rebuilt on every call: the Go build cache and Docker's layer
+# cache make an unchanged tree a no-op, and a stale worker image is worse than
+# a second's work.
 #
 # Needs root (mmdebstrap), a running Docker engine and the Debian packages that
 # scripts/setup.sh installs. Recipes and docs: deploy/images/.
@@ -384,8 +389,10 @@ build_paddock() {
 	(
 		cd "${ROOT}"
 		export CGO_ENABLED=0
-		go build -trimpath -ldflags='-s -w' -o "${rootfs}/usr/local/bin/paddock" ./cmd/paddock
-		go build -trimpath -ldflags='-s -w' -o "${rootfs}/usr/local/lib/paddock/paddock-init" ./cmd/paddock-init
+		# Chained with &&: `set -e` does not apply inside a subshell whose
+		# status is tested by ||, so a failed first build would go unnoticed.
+		go build -trimpath -ldflags='-s -w' -o "${rootfs}/usr/local/bin/paddock" ./cmd/paddock &&
+			go build -trimpath -ldflags='-s -w' -o "${rootfs}/usr/local/lib/paddock/paddock-init" ./cmd/paddock-init
 	) || die "go build failed (output above)"
 	log "${image}: go build in $(elapsed "${t0}") s"
 	if [[ -r /etc/ssl/certs/ca-certificates.crt ]]; then
@@ -397,6 +404,130 @@ build_paddock() {
 	printf '%s\n' 'root:x:0:' 'nonroot:x:65532:' >"${rootfs}/etc/group"
 	docker_build "${ctx}" "${IMAGES_DIR}/paddock-local.Dockerfile" "${image}" \
 		--label org.opencontainers.image.title=paddock/paddock
+	drop_previous "${old}" "${image}"
+	report "${image}" "${started}"
+}
+
+# ---------------------------------------------------- nats and redis images
+# The shared services of docker-compose.yml, for hosts without a registry.
+# Recipes: deploy/nats/, deploy/redis/.
+
+# The nats-server module version: the one Paddock embeds (go.mod).
+readonly NATS_VERSION=v2.15.2
+readonly NATS_MODULE=github.com/nats-io/nats-server/v2
+readonly NATS_UID=65532
+readonly REDIS_UID=999
+
+# rootfs_tar DIR packs DIR/rootfs into DIR/rootfs.tar with numeric owners, for
+# a Dockerfile that ADDs it (ADD keeps owners, COPY does not).
+rootfs_tar() {
+	tar --numeric-owner -C "$1/rootfs" -cf "$1/rootfs.tar" .
+	rm -rf "$1/rootfs"
+}
+
+nats_recipe() {
+	{
+		echo "${NATS_MODULE}@${NATS_VERSION}"
+		go version 2>/dev/null || true
+		declare -f nats_context rootfs_tar
+		cat "${ROOT}/deploy/nats/nats-local.Dockerfile" "${ROOT}/deploy/nats/nats.conf"
+	} | sha
+}
+
+# nats_context DIR builds nats-server (CGO_ENABLED=0) from the Go module
+# proxy or module cache and assembles the context of nats-local.Dockerfile.
+nats_context() {
+	local dir="$1" rootfs="$1/rootfs"
+	install -d -m 0755 "${rootfs}/etc/nats" "${dir}/bin"
+	install -d -m 1777 "${rootfs}/tmp"
+	install -d -m 0750 -o "${NATS_UID}" -g "${NATS_UID}" "${rootfs}/data"
+	# go install MODULE@VERSION builds with the module's own go.mod, outside
+	# Paddock's module; the Go build cache makes a rebuild quick.
+	(
+		cd "${dir}"
+		GOFLAGS='' GOBIN="${dir}/bin" CGO_ENABLED=0 \
+			go install -trimpath -ldflags='-s -w' "${NATS_MODULE}@${NATS_VERSION}"
+	) || die "go install ${NATS_MODULE}@${NATS_VERSION} failed (output above): the Go module proxy must be reachable the first time"
+	install -m 0755 "${dir}/bin/nats-server" "${rootfs}/nats-server"
+	install -m 0644 "${ROOT}/deploy/nats/nats.conf" "${rootfs}/etc/nats/nats.conf"
+	printf '%s\n' 'root:x:0:0:root:/:/sbin/nologin' "nats:x:${NATS_UID}:${NATS_UID}:nats:/data:/sbin/nologin" >"${rootfs}/etc/passwd"
+	printf '%s\n' 'root:x:0:' "nats:x:${NATS_UID}:" >"${rootfs}/etc/group"
+	rootfs_tar "${dir}"
+}
+
+build_nats() {
+	local image=paddock/nats:latest recipe started ctx old
+	require go "golang (https://go.dev/dl, Go 1.26)"
+	recipe="$(nats_recipe)"
+	should_build "${image}" "${recipe}" || return 0
+	started="$(now)"
+	old="$(image_id "${image}")"
+	ctx="$(new_workdir nats)"
+	chmod 0755 "${ctx}"
+	nats_context "${ctx}"
+	docker_build "${ctx}" "${ROOT}/deploy/nats/nats-local.Dockerfile" "${image}" \
+		--label "io.paddock.recipe=${recipe}" --label org.opencontainers.image.title=paddock/nats \
+		--label "org.opencontainers.image.version=${NATS_VERSION}"
+	drop_previous "${old}" "${image}"
+	report "${image}" "${started}"
+}
+
+readonly REDIS_BINARIES=(/usr/bin/redis-check-rdb /usr/bin/redis-cli)
+
+# redis_files prints the binaries and every shared object they load (ldd),
+# including the dynamic loader, one path a line.
+redis_files() {
+	local bin
+	for bin in "${REDIS_BINARIES[@]}"; do
+		[[ -x "${bin}" ]] || die "${bin} not found: run scripts/setup.sh (installs redis-server)"
+		echo "${bin}"
+		ldd "${bin}" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+	done | sort -u
+}
+
+redis_recipe() {
+	{
+		declare -f redis_context redis_files rootfs_tar
+		cat "${ROOT}/deploy/redis/redis-local.Dockerfile"
+		# The versions of the packages owning the binaries and libraries.
+		# (dpkg knows a file under /lib or /usr/lib: ask for both spellings.)
+		{ redis_files; redis_files | xargs -r readlink -f; } | xargs -r dpkg-query -S 2>/dev/null |
+			cut -d: -f1 | tr -s ', ' '\n' | sort -u | xargs -r dpkg-query -W -f='${Package} ${Version}\n' 2>/dev/null || true
+	} | sha
+}
+
+# redis_context DIR assembles the context of redis-local.Dockerfile: the
+# binaries and libraries at the paths ldd printed (the loader finds the
+# libraries in its default multiarch directories; no ld.so.cache needed).
+redis_context() {
+	local dir="$1" rootfs="$1/rootfs" f
+	install -d -m 0755 "${rootfs}/usr/bin" "${rootfs}/etc"
+	install -d -m 1777 "${rootfs}/tmp"
+	install -d -m 0750 -o "${REDIS_UID}" -g "${REDIS_UID}" "${rootfs}/data"
+	while read -r f; do
+		install -D -m 0755 "$(readlink -f "${f}")" "${rootfs}${f}"
+	done < <(redis_files)
+	# redis-server and redis-check-aof are redis-check-rdb under other names.
+	ln -s redis-check-rdb "${rootfs}/usr/bin/redis-server"
+	ln -s redis-check-rdb "${rootfs}/usr/bin/redis-check-aof"
+	printf '%s\n' 'root:x:0:0:root:/:/sbin/nologin' "redis:x:${REDIS_UID}:${REDIS_UID}:redis:/data:/sbin/nologin" >"${rootfs}/etc/passwd"
+	printf '%s\n' 'root:x:0:' "redis:x:${REDIS_UID}:" >"${rootfs}/etc/group"
+	rootfs_tar "${dir}"
+}
+
+build_redis() {
+	local image=paddock/redis:latest recipe started ctx old version
+	recipe="$(redis_recipe)"
+	should_build "${image}" "${recipe}" || return 0
+	started="$(now)"
+	old="$(image_id "${image}")"
+	ctx="$(new_workdir redis)"
+	chmod 0755 "${ctx}"
+	redis_context "${ctx}"
+	version="$(dpkg-query -W -f='${Version}' redis-server 2>/dev/null || echo unknown)"
+	docker_build "${ctx}" "${ROOT}/deploy/redis/redis-local.Dockerfile" "${image}" \
+		--label "io.paddock.recipe=${recipe}" --label org.opencontainers.image.title=paddock/redis \
+		--label "org.opencontainers.image.version=${version}"
 	drop_previous "${old}" "${image}"
 	report "${image}" "${started}"
 }
@@ -414,7 +545,7 @@ main() {
 			exit 0
 			;;
 		all) targets+=(test sandbox) ;;
-		test | sandbox | sandbox-pip | paddock) targets+=("${arg}") ;;
+		test | sandbox | sandbox-pip | paddock | nats | redis) targets+=("${arg}") ;;
 		*)
 			usage >&2
 			die "unknown argument: ${arg}"
@@ -439,6 +570,8 @@ main() {
 		sandbox) build_sandbox ;;
 		sandbox-pip) build_sandbox_pip ;;
 		paddock) build_paddock ;;
+		nats) build_nats ;;
+		redis) build_redis ;;
 		esac
 	done
 	log "ok ($(elapsed "${started}") s)"

@@ -30,9 +30,10 @@ readonly LOCK_FILE=/run/lock/paddock-setup.lock
 #   busybox-static  + bash-static: the 3 MB paddock/test image
 #   mmdebstrap      builds the Debian rootfs of paddock/sandbox without a registry
 #   ca-certificates apt over https mirrors, CA bundle for the paddock image
+#   docker-compose  the Compose fleet test (deploy/compose_test.go) and `make compose-up`
 #   cgroupfs-mount  mounts cgroups on hosts without systemd (as Debian's
 #                   /etc/init.d/docker does)
-readonly BASE_PACKAGES=(docker.io redis-server busybox-static bash-static mmdebstrap
+readonly BASE_PACKAGES=(docker.io docker-compose redis-server busybox-static bash-static mmdebstrap
 	ca-certificates cgroupfs-mount)
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -62,7 +62,7 @@ func TestHealThroughTheFleet(t *testing.T) {
 	assert.Len(t, r.Attempts, 1)
 
 	pids := int64(32)
-	r = s.run(job.Spec{Command: ":(){ :|:& };:; wait", Limits: job.Limits{Pids: &pids},
+	r = s.run(job.Spec{Command: ":(){ :|:& };:; sleep 60", Limits: job.Limits{Pids: &pids},
 		Heal: &job.HealPolicy{Mode: job.HealLLM}})
 	assert.Equal(t, job.ReasonPidsLimit, r.Reason)
 	assert.Len(t, r.Attempts, 1, "a fork bomb ends as pids_limit, not in a retry loop")

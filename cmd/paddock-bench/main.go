@@ -1,8 +1,10 @@
 // Command paddock-bench measures, side by side in one run, `echo hi` run
-// five ways: on the host (fork+exec), through Paddock's sandbox (warm pool of
-// fresh, capped, single-use containers), by docker exec into one long-lived
-// container, by one `docker run --rm` per command, and through the engine's
-// raw container lifecycle (create+attach+start+wait+remove, no Paddock code).
+// on the host (fork+exec), through Paddock's sandbox (warm pool of fresh,
+// capped, single-use containers; with sh -c as every other scenario, and
+// with bash -c as the worker runs a Script), by docker exec into one
+// long-lived container, by one `docker run --rm` per command, and through
+// the engine's raw container lifecycle (create+attach+start+wait+remove, no
+// Paddock code). docs/benchmarks.md describes the method and the results.
 //
 // Two phases, both interleaved so that a noisy, shared machine hurts every
 // scenario alike:
@@ -15,6 +17,9 @@
 //     -min-duration, per scenario, for -rounds rounds in alternating order.
 //     A round's rate counts completions after the first -parallel ones
 //     (start-up excluded); the reported rate is the median of the rounds.
+//     Paddock defers container removal and pool refill off the critical
+//     path; the time that work takes after a round's last job is reported
+//     as drain_s, and jobs_per_s_drained counts it in.
 //
 // It prints a table, writes OUT/latest.json and draws OUT/latency.svg.
 // `make bench` runs it through scripts/bench.sh.
@@ -46,7 +51,7 @@ type options struct {
 	image, initPath, out, only string
 	n, warmup, parallel, jobs  int
 	rounds                     int
-	minDur                     time.Duration
+	minDur, gap                time.Duration
 }
 
 func main() {
@@ -58,10 +63,19 @@ func main() {
 	flag.IntVar(&o.n, "n", 30, "measured jobs per scenario at concurrency 1")
 	flag.IntVar(&o.warmup, "warmup", 3, "unmeasured jobs per scenario before the latency phase")
 	flag.IntVar(&o.parallel, "parallel", 4, "jobs in flight in the throughput phase")
-	flag.IntVar(&o.jobs, "jobs", 30, "minimum jobs per scenario per throughput round")
-	flag.DurationVar(&o.minDur, "min-duration", 3*time.Second, "minimum length of a throughput round")
+	flag.IntVar(&o.jobs, "jobs", 24, "minimum jobs per scenario per throughput round")
+	flag.DurationVar(&o.minDur, "min-duration", 2*time.Second, "minimum length of a throughput round")
+	flag.DurationVar(&o.gap, "gap", 50*time.Millisecond, "idle time before each measured job of the latency phase, after background work ended")
 	flag.IntVar(&o.rounds, "rounds", 3, "throughput rounds per scenario (the median is reported)")
+	replotFrom := flag.String("replot", "", "only redraw OUT/latency.svg from this latest.json")
 	flag.Parse()
+	if *replotFrom != "" {
+		if err := replot(*replotFrom, filepath.Join(o.out, "latency.svg")); err != nil {
+			fmt.Fprintln(os.Stderr, "paddock-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -115,12 +129,19 @@ func run(ctx context.Context, o options) error {
 		scs = append(scs, hostScenario())
 	}
 	var rt *sandbox.Runtime
-	if want("paddock") {
-		sc, r, err := paddockScenario(ctx, d, o.image, initPath, runID)
+	if want("paddock") || want("paddock_bash") {
+		pss, r, err := paddockScenarios(ctx, d, o.image, initPath, runID)
 		if err != nil {
 			return fmt.Errorf("paddock: %w", err)
 		}
-		scs, rt = append(scs, sc), r
+		rt = r
+		for _, sc := range pss {
+			if want(sc.name) {
+				scs = append(scs, sc)
+			} else if sc.close != nil {
+				defer sc.close()
+			}
+		}
 	}
 	if want("docker_exec") {
 		sc, err := dockerExecScenario(ctx, d, o.image, runID)
@@ -205,6 +226,7 @@ func latencyPhase(ctx context.Context, res []*result, o options) error {
 			if err := settleAll(ctx, res); err != nil {
 				return err
 			}
+			time.Sleep(o.gap) // let the engine's tail work after a start or removal end
 			rec := newSteps()
 			t0 := rec.last
 			err := r.sc.job(ctx, rec)
@@ -249,7 +271,12 @@ func throughputPhase(ctx context.Context, res []*result, o options) error {
 					return err
 				}
 				got.DrainS = time.Since(t).Seconds()
+				if got.WindowS > 0 {
+					got.JobsPerSDrained = got.JobsPerS * got.WindowS / (got.WindowS + got.DrainS)
+				}
 			}
+			got.WindowS, got.JobsPerS = finite(got.WindowS), finite(got.JobsPerS)
+			got.DrainS, got.JobsPerSDrained = finite(got.DrainS), finite(got.JobsPerSDrained)
 			r.rounds = append(r.rounds, got)
 			r.satLat = append(r.satLat, lat...)
 			line = append(line, fmt.Sprintf("%s %.1f/s", r.sc.name, got.JobsPerS))

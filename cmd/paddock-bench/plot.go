@@ -30,7 +30,7 @@ func writeSVG(path string, rep *report, res []*result) error {
 	latBottom := latTop + n*latRow
 	thrTop := latBottom + 84
 	thrBottom := thrTop + n*thrRow
-	height := thrBottom + 92
+	height := thrBottom + 60 + 16*len(rep.Targets)
 
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
@@ -65,13 +65,13 @@ func writeSVG(path string, rep *report, res []*result) error {
 		boxPlot(&b, x, y+30, 10, r.satLat, "#ff7f0e", false)
 		vs := ""
 		if s.P50VsHost != nil && r.sc.name != "host" {
-			vs = fmt.Sprintf(" (%.1f× host)", *s.P50VsHost)
+			vs = fmt.Sprintf(" (%.3g× host)", *s.P50VsHost)
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" fill="#1f77b4">p50 %s ms%s</text>`+"\n", width-right+10, y+20, fmtMS(s.P50), vs)
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" fill="#c05a00">p50 %s ms</text>`+"\n", width-right+10, y+39, fmtMS(s.SatP50))
-		if r.sc.name == "paddock" {
+		if strings.HasPrefix(r.sc.name, "paddock") {
 			if h, ok := rep.Scenarios["host"]; ok && h.P50 > 0 {
-				drawTarget(&b, x(2*h.P50), y+2, y+latRow-2, "target ≤ 2× host p50", true)
+				drawTarget(&b, x(2*h.P50), y+2, y+latRow-2, "target ≤ 2× host p50", true, true)
 			}
 		}
 	}
@@ -91,7 +91,7 @@ func writeSVG(path string, rep *report, res []*result) error {
 		return left + (math.Log10(v)-tlo)/(thi-tlo)*plotW
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="14" font-weight="bold">Sustained throughput, %d in parallel (jobs/s, log scale; dots: rounds)</text>`+"\n", left, thrTop-12, rep.Config.Parallel)
-	axis(&b, tlo, thi, tx, thrTop, thrBottom, func(v float64) string { return trimNum(v) + "/s" })
+	axis(&b, tlo, thi, tx, thrTop, thrBottom, func(v float64) string { return fmt.Sprintf("%g/s", v) })
 	for i, r := range res {
 		y := float64(thrTop + i*thrRow)
 		if i%2 == 1 {
@@ -110,15 +110,15 @@ func writeSVG(path string, rep *report, res []*result) error {
 		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="5" fill="#2ca02c" stroke="#1a661a"/>`+"\n", tx(s.JobsPerS), cy)
 		extra := ""
 		if s.JobsVsEngineRaw != nil && r.sc.name != "engine_raw" {
-			extra = fmt.Sprintf(" (%.2f× engine_raw)", *s.JobsVsEngineRaw)
+			extra = fmt.Sprintf(" (%.3g× engine_raw)", *s.JobsVsEngineRaw)
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" fill="#1a661a">%s/s%s</text>`+"\n", width-right+10, cy+4, trimNum(s.JobsPerS), extra)
 		if r.sc.name == "paddock" {
 			if raw, ok := rep.Scenarios["engine_raw"]; ok && raw.JobsPerS > 0 {
-				drawTarget(&b, tx(0.9*raw.JobsPerS), y+2, y+thrRow-2, "≥0.9× engine_raw", false)
+				drawTarget(&b, tx(0.9*raw.JobsPerS), y+2, y+thrRow-2, "≥0.9× engine_raw", false, false)
 			}
 			if run, ok := rep.Scenarios["docker_run"]; ok && run.JobsPerS > 0 {
-				drawTarget(&b, tx(1.2*run.JobsPerS), y+2, y+thrRow-2, "≥1.2× docker_run", true)
+				drawTarget(&b, tx(1.2*run.JobsPerS), y+2, y+thrRow-2, "≥1.2× docker_run", true, false)
 			}
 		}
 	}
@@ -174,17 +174,19 @@ func axis(b *strings.Builder, lo, hi float64, x func(float64) float64, top, bott
 	fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#444"/>`+"\n", x(math.Pow(10, lo)), bottom, x(math.Pow(10, hi)), bottom)
 }
 
-func drawTarget(b *strings.Builder, x, y0, y1 float64, label string, above bool) {
+// drawTarget draws a dashed target line with its label above or below,
+// on the left of the line (left) or on its right.
+func drawTarget(b *strings.Builder, x, y0, y1 float64, label string, above, left bool) {
 	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#d62728" stroke-width="1.5" stroke-dasharray="4 3"/>`+"\n", x, y0, x, y1)
-	ty, anchor := y0+9, "start"
+	ty := y0 + 9
 	if !above {
-		ty, anchor = y1-2, "end"
+		ty = y1 - 2
 	}
-	dx := 4.0
-	if anchor == "end" {
-		dx = -4
+	tx, anchor := x+4, "start"
+	if left {
+		tx, anchor = x-4, "end"
 	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" font-size="10" fill="#d62728">%s</text>`+"\n", x+dx, ty, anchor, esc(label))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" font-size="10" fill="#d62728">%s</text>`+"\n", tx, ty, anchor, esc(label))
 }
 
 func legend(b *strings.Builder, x, y int, color, label string) {
@@ -205,20 +207,22 @@ func decades(v []float64) (lo, hi float64) {
 	return lo, hi
 }
 
+// msLabel labels a decade of milliseconds.
 func msLabel(v float64) string {
 	if v >= 1000 {
-		return trimNum(v/1000) + " s"
+		return fmt.Sprintf("%g s", v/1000)
 	}
-	return trimNum(v) + " ms"
+	return fmt.Sprintf("%g ms", v)
 }
 
 func trimNum(v float64) string {
-	s := fmt.Sprintf("%.3f", v)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	if v >= 100 {
-		s = fmt.Sprintf("%.0f", v)
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.1f", v)
 	}
-	return s
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
 }
 
 var esc = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace

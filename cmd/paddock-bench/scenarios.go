@@ -60,10 +60,12 @@ func hostScenario() *scenario {
 	}
 }
 
-// paddockScenario is a job as the worker runs it: Acquire a never-used
-// container (from the warm pool when it has one), Run, Close (removal in
-// the background).
-func paddockScenario(ctx context.Context, d *client.Client, image, initPath, owner string) (*scenario, *sandbox.Runtime, error) {
+// paddockScenarios are jobs as the worker runs them: Acquire a never-used
+// container (from the warm pool when it has one), Run, Close (removal in the
+// background). "paddock" runs the same argv as every other scenario (sh -c);
+// "paddock_bash" runs a Script, which the sandbox hands to bash -c as the
+// worker does for agents' commands. Both share one Runtime and its pool.
+func paddockScenarios(ctx context.Context, d *client.Client, image, initPath, owner string) ([]*scenario, *sandbox.Runtime, error) {
 	rt, err := sandbox.New(d, sandbox.Config{Owner: owner, InitPath: initPath})
 	if err != nil {
 		return nil, nil, err
@@ -74,10 +76,8 @@ func paddockScenario(ctx context.Context, d *client.Client, image, initPath, own
 	}
 	const poolSize = 2 // sandbox.Config's default, as the worker uses it
 	var closed atomic.Int64
-	return &scenario{
-		name: "paddock",
-		desc: "sandbox.Runtime: Acquire (warm pool) → Run → Close, a fresh capped container per job",
-		job: func(ctx context.Context, rec *steps) error {
+	job := func(name string, cmd sandbox.Command) func(ctx context.Context, rec *steps) error {
+		return func(ctx context.Context, rec *steps) error {
 			sess, err := rt.Acquire(ctx, p, sandbox.SessionOptions{Deadline: time.Now().Add(2 * time.Minute)})
 			rec.mark("acquire")
 			if err != nil {
@@ -88,46 +88,62 @@ func paddockScenario(ctx context.Context, d *client.Client, image, initPath, own
 			} else {
 				rec.count("cold_start")
 			}
-			out, err := sess.Run(ctx, sandbox.Command{Script: "echo hi", Timeout: 30 * time.Second})
+			t := time.Now()
+			out, err := sess.Run(ctx, cmd)
+			run := time.Since(t)
 			rec.mark("run")
 			sess.Close()
 			closed.Add(1)
 			rec.mark("close")
+			// init's own measure of the command (start to exit, cgroup
+			// reads and leftover sweep included), and the rest of Run: the
+			// round trip through dockerd's attach stream and the worker.
 			rec.note("run.in_container", out.Duration)
+			rec.note("run.transport", run-out.Duration)
 			if err != nil {
 				return err
 			}
 			if out.Reason != sandbox.ReasonOK {
-				return fmt.Errorf("paddock: reason %s exit %d stderr %q", out.Reason, out.ExitCode, out.Stderr.Head)
+				return fmt.Errorf("%s: reason %s exit %d stderr %q", name, out.Reason, out.ExitCode, out.Stderr.Head)
 			}
-			return checkOut("paddock", out.Stdout.Head, out.Stderr.Head)
-		},
-		settle: func(ctx context.Context) error {
-			deadline := time.Now().Add(2 * time.Minute)
-			for rt.PoolSize() < poolSize || rt.Stats().Removed.Load() < closed.Load() {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("paddock: pool not refilled (%d warm, %d/%d removed)",
-						rt.PoolSize(), rt.Stats().Removed.Load(), closed.Load())
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(5 * time.Millisecond):
-				}
+			return checkOut(name, out.Stdout.Head, out.Stderr.Head)
+		}
+	}
+	settle := func(ctx context.Context) error {
+		deadline := time.Now().Add(2 * time.Minute)
+		for rt.PoolSize() < poolSize || rt.Stats().Removed.Load() < closed.Load() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("paddock: pool not refilled (%d warm, %d/%d removed)",
+					rt.PoolSize(), rt.Stats().Removed.Load(), closed.Load())
 			}
-			return nil
-		},
-		close: rt.Stop,
-	}, rt, nil
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return nil
+	}
+	return []*scenario{{
+		name:   "paddock",
+		desc:   "sandbox.Runtime: Acquire (warm pool) → Run argv sh -c 'echo hi' → Close; a fresh capped container per job",
+		job:    job("paddock", sandbox.Command{Argv: []string{"sh", "-c", "echo hi"}, Timeout: 30 * time.Second}),
+		settle: settle,
+		close:  rt.Stop,
+	}, {
+		name:   "paddock_bash",
+		desc:   "as paddock, with Command.Script 'echo hi' (bash -c, the worker's path for agents' commands)",
+		job:    job("paddock_bash", sandbox.Command{Script: "echo hi", Timeout: 30 * time.Second}),
+		settle: settle,
+	}}, rt, nil
 }
 
 // dockerExecScenario execs into one long-lived container through the API:
 // exec create, attach+start (one hijacked call, as the CLI does), inspect.
 func dockerExecScenario(ctx context.Context, d *client.Client, image, runID string) (*scenario, error) {
 	c, err := d.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: image, Cmd: []string{"sleep", "1000000"}, Labels: map[string]string{labelBench: runID}},
-		HostConfig: &container.HostConfig{NetworkMode: "none", ReadonlyRootfs: true, CapDrop: []string{"ALL"},
-			SecurityOpt: []string{"no-new-privileges"}, LogConfig: container.LogConfig{Type: "none"}},
+		Config:     &container.Config{Image: image, Cmd: []string{"sleep", "1000000"}, User: "1000:1000", Labels: map[string]string{labelBench: runID}},
+		HostConfig: cappedHostConfig(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("docker_exec: create: %w", err)
@@ -196,17 +212,42 @@ func dockerRunScenario(image, runID string) *scenario {
 	}
 }
 
+// cappedHostConfig is the container configuration of Paddock's default
+// profile (DESIGN.md §3, sandbox/box.go), without Paddock's init mount: the
+// raw engine is measured on the same containers Paddock asks for, so the
+// comparison isolates Paddock's own pipeline (pool, init, async removal).
+func cappedHostConfig() *container.HostConfig {
+	pids, swappiness := int64(64), int64(0)
+	return &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,size=64m,mode=1777",
+			"/workspace":     "rw,nosuid,nodev,size=64m,mode=1777",
+			"/.paddock/root": "rw,exec,nosuid,nodev,size=256m,mode=0755,uid=1000,gid=1000"},
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		IpcMode:     "private",
+		LogConfig:   container.LogConfig{Type: "none"},
+		Resources: container.Resources{
+			Memory: 512 << 20, MemorySwap: 512 << 20, NanoCPUs: 5e8, PidsLimit: &pids, MemorySwappiness: &swappiness,
+			Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 1024, Hard: 1024},
+				{Name: "fsize", Soft: 256 << 20, Hard: 256 << 20}, {Name: "core"}},
+		},
+	}
+}
+
 // engineRawScenario is the engine's own lifecycle rate through the API,
-// with no Paddock code: create, attach, start, read to EOF, wait, remove.
+// with no Paddock code: create, attach, start, read to EOF, wait, remove, on
+// containers configured as Paddock's default profile.
 func engineRawScenario(d *client.Client, image, runID string) *scenario {
 	return &scenario{
 		name: "engine_raw",
-		desc: "API create + attach + start + wait + remove per command, no Paddock code",
+		desc: "API create + attach + start + wait + remove per command, Paddock's container config, no Paddock code",
 		job: func(ctx context.Context, rec *steps) (err error) {
 			c, err := d.ContainerCreate(ctx, client.ContainerCreateOptions{
-				Config: &container.Config{Image: image, Cmd: []string{"sh", "-c", "echo hi"},
+				Config: &container.Config{Image: image, Cmd: []string{"sh", "-c", "echo hi"}, User: "1000:1000",
 					AttachStdout: true, AttachStderr: true, Labels: map[string]string{labelBench: runID}},
-				HostConfig: &container.HostConfig{NetworkMode: "none"},
+				HostConfig: cappedHostConfig(),
 			})
 			rec.mark("create")
 			if err != nil {

@@ -60,6 +60,8 @@ type round struct {
 	// DrainS is how long the scenario's background work (removals, pool
 	// refill) took after its last job ended.
 	DrainS float64 `json:"drain_s,omitempty"`
+	// JobsPerSDrained is JobsPerS with the drain time added to the window.
+	JobsPerSDrained float64 `json:"jobs_per_s_drained,omitempty"`
 }
 
 func newResult(sc *scenario) *result {
@@ -90,6 +92,20 @@ func (r *result) jobsPerS() float64 {
 	var v []float64
 	for _, rd := range r.rounds {
 		v = append(v, rd.JobsPerS)
+	}
+	return medianF(v)
+}
+
+// jobsPerSDrained is the median of the rounds' rates with the drain time
+// counted in (equal to jobsPerS for scenarios without background work).
+func (r *result) jobsPerSDrained() float64 {
+	var v []float64
+	for _, rd := range r.rounds {
+		x := rd.JobsPerSDrained
+		if x == 0 {
+			x = rd.JobsPerS
+		}
+		v = append(v, x)
 	}
 	return medianF(v)
 }

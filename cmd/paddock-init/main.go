@@ -62,6 +62,8 @@ func main() {
 			os.Exit(143)
 		}
 	}()
+	reserveThreads(8)
+	p.prewarm()
 	hello, _ := json.Marshal(initproto.Hello{Version: initproto.Version, PID: os.Getpid(), UID: os.Getuid()})
 	p.send(initproto.TypeHello, hello)
 
@@ -379,15 +381,48 @@ func lookPath(argv, env []string) (string, error) {
 // cgroupCounters reads the OOM-kill and pids-refusal counters of the
 // container's own cgroup (v1 or v2 layout); 0 when unreadable.
 func cgroupCounters() (oomKills, pidsMax int64) {
-	oomKills = readKey("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")
-	if oomKills < 0 {
-		oomKills = readKey("/sys/fs/cgroup/memory.events", "oom_kill")
-	}
-	pidsMax = readKey("/sys/fs/cgroup/pids/pids.events", "max")
-	if pidsMax < 0 {
-		pidsMax = readKey("/sys/fs/cgroup/pids.events", "max")
-	}
+	oomKills = oomFile.readKey("oom_kill")
+	pidsMax = pidsFile.readKey("max")
 	return max(oomKills, 0), max(pidsMax, 0)
+}
+
+// counterFile is a cgroup file opened once and re-read from offset 0.
+type counterFile struct {
+	once  sync.Once
+	paths []string
+	f     *os.File
+	buf   [4096]byte
+}
+
+var (
+	oomFile  = &counterFile{paths: []string{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"}}
+	pidsFile = &counterFile{paths: []string{"/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"}}
+)
+
+func (c *counterFile) readKey(key string) int64 {
+	c.once.Do(func() {
+		for _, p := range c.paths {
+			if f, err := os.Open(p); err == nil {
+				c.f = f
+				return
+			}
+		}
+	})
+	if c.f == nil {
+		return -1
+	}
+	n, err := c.f.ReadAt(c.buf[:], 0)
+	if n == 0 && err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(c.buf[:n]), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return -1
 }
 
 // readKey returns the value of "key N" in a cgroup flat-keyed file, -1 if absent.
@@ -465,4 +500,35 @@ func canCreate(path string) bool {
 	fd.Close()
 	os.Remove(path)
 	return true
+}
+
+// prewarm runs the image's shells once before init says hello, so the first
+// real command does not pay for the first fork/exec of this process and the
+// first lookups in this container's fresh overlay mount. In a pooled
+// container this happens off the critical path.
+func (p *initProc) prewarm() {
+	for _, sh := range []string{"sh", "bash"} {
+		p.run(initproto.Request{Argv: []string{sh, "-c", ":"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Dir: "/", TimeoutMS: 5000})
+	}
+}
+
+// reserveThreads makes the Go runtime start n OS threads now, while the
+// container is empty. Threads count against the pids cgroup: a runtime
+// that must clone a thread while a fork bomb holds every pid aborts, and
+// with it PID 1. Idle threads are kept by the runtime and reused, so init
+// never needs a new one later.
+func reserveThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A blocking syscall holds its thread; the scheduler starts
+			// another for the goroutines that are still runnable.
+			ts := syscall.Timespec{Nsec: 20_000_000}
+			_ = syscall.Nanosleep(&ts, nil)
+		}()
+	}
+	wg.Wait()
 }

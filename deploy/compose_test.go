@@ -1,0 +1,598 @@
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// composeRun configures TestCompose. The defaults are the short run of
+// `make test`; `make test-compose` sets the full one through the environment:
+//
+//	PADDOCK_COMPOSE_JOBS=200      jobs to submit (default 20)
+//	PADDOCK_COMPOSE_KILL=1        docker kill one worker once a quarter of
+//	                              the jobs are done (default off)
+//	PADDOCK_COMPOSE_WORKERS=3     --scale worker=N (default 3)
+//	PADDOCK_COMPOSE_ROOT_WORKER=1 run the workers as the compose default
+//	                              (root without capabilities) instead of
+//	                              uid 65532 + the socket's group
+//	PADDOCK_COMPOSE_NO_BUILD=1    use the images as they are (the make
+//	                              target has just built them)
+//	PADDOCK_COMPOSE_REPORT=FILE   write the measurements as JSON
+type composeRun struct {
+	jobs, workers int
+	kill          bool
+	rootWorker    bool
+	build         bool
+	report        string
+}
+
+func composeRunFromEnv(t *testing.T) composeRun {
+	r := composeRun{jobs: 20, workers: 3, build: true}
+	num := func(name string, dst *int) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, name)
+			require.Positive(t, n, name)
+			*dst = n
+		}
+	}
+	num("PADDOCK_COMPOSE_JOBS", &r.jobs)
+	num("PADDOCK_COMPOSE_WORKERS", &r.workers)
+	r.kill = os.Getenv("PADDOCK_COMPOSE_KILL") == "1"
+	r.rootWorker = os.Getenv("PADDOCK_COMPOSE_ROOT_WORKER") == "1"
+	r.build = os.Getenv("PADDOCK_COMPOSE_NO_BUILD") != "1"
+	r.report = os.Getenv("PADDOCK_COMPOSE_REPORT")
+	if r.kill {
+		require.GreaterOrEqual(t, r.workers, 2, "killing a worker needs another one to finish its jobs")
+	}
+	return r
+}
+
+// compose is one compose project on the local engine.
+type compose struct {
+	t       *testing.T
+	root    string // repository root (docker-compose.yml)
+	project string
+	env     []string
+	natsURL string
+	redis   string // host:port
+	image   string // the paddock image
+
+	mu     sync.Mutex
+	owners map[string]bool // worker ids = sandbox owner labels seen
+}
+
+// TestCompose brings up docker-compose.yml with several workers on this
+// host's engine, runs jobs through the published NATS port with the CLI of
+// the deployed image, optionally kills a worker mid-run, checks that every
+// job has exactly one terminal result, and takes the stack down leaving no
+// container behind.
+func TestCompose(t *testing.T) {
+	run := composeRunFromEnv(t)
+	c := newCompose(t, run)
+	if run.build {
+		c.buildImages()
+	}
+
+	t0 := time.Now()
+	c.up(run.workers)
+	upTook := time.Since(t0)
+	c.waitHealthy(run.workers, 3*time.Minute)
+	healthyTook := time.Since(t0)
+	t.Logf("stack up in %s, healthy in %s (%d workers)", upTook.Round(time.Millisecond), healthyTook.Round(time.Millisecond), run.workers)
+	c.recordOwners()
+
+	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// The batch: each job echoes its number; with a kill, each also sleeps
+	// half a second so the victim surely holds jobs when it dies.
+	var jobs bytes.Buffer
+	for i := 1; i <= run.jobs; i++ {
+		cmd := fmt.Sprintf("echo job-%d", i)
+		if run.kill {
+			cmd = "sleep 0.5; " + cmd
+		}
+		line, _ := json.Marshal(map[string]any{"command": cmd, "labels": map[string]string{"n": strconv.Itoa(i)}})
+		jobs.Write(append(line, '\n'))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var killed string
+	var killedAt time.Duration // after submitStart
+	killDone := make(chan struct{})
+	submitStart := time.Now()
+	if run.kill {
+		go func() {
+			defer close(killDone)
+			killed, killedAt = c.killWorkerAfter(ctx, js, run.jobs/4, submitStart)
+		}()
+	} else {
+		close(killDone)
+	}
+	results := c.submit(ctx, jobs.Bytes(), 12*time.Minute)
+	wall := time.Since(submitStart)
+	<-killDone
+
+	c.checkResults(ctx, js, run, results, killed, submitStart.Add(killedAt))
+
+	// Throughput: submit of the first job to the end of the last one.
+	var first, last time.Time
+	runs := map[int]int{}
+	perWorker := map[string]int{}
+	for _, r := range results {
+		if first.IsZero() || r.SubmittedAt.Before(first) {
+			first = r.SubmittedAt
+		}
+		if r.FinishedAt.After(last) {
+			last = r.FinishedAt
+		}
+		runs[r.Runs]++
+		perWorker[r.Worker]++
+	}
+	span := last.Sub(first)
+	rate := float64(len(results)) / span.Seconds()
+	t.Logf("%d jobs in %s (CLI wall %s): %.2f jobs/s with %d workers; runs per job %v; per worker %v",
+		len(results), span.Round(time.Millisecond), wall.Round(time.Millisecond), rate, run.workers, runs, perWorker)
+	// Without the re-runs, which wait for asynq's lease expiry: the rate
+	// the fleet sustained.
+	var steadyLast time.Time
+	steadyN := 0
+	var rerunLast time.Time
+	for _, r := range results {
+		if r.Runs <= 1 {
+			steadyN++
+			if r.FinishedAt.After(steadyLast) {
+				steadyLast = r.FinishedAt
+			}
+		} else if r.FinishedAt.After(rerunLast) {
+			rerunLast = r.FinishedAt
+		}
+	}
+	steadyRate := float64(steadyN) / steadyLast.Sub(first).Seconds()
+	var recovery time.Duration
+	if run.kill {
+		recovery = rerunLast.Sub(submitStart.Add(killedAt))
+		t.Logf("killed %s at %s; its %d jobs re-ran and ended %s after the kill; the other %d jobs: %.2f jobs/s",
+			killed, killedAt.Round(time.Millisecond), run.jobs-steadyN, recovery.Round(time.Millisecond), steadyN, steadyRate)
+	}
+
+	downStart := time.Now()
+	c.down()
+	downTook := time.Since(downStart)
+	t.Logf("down in %s, no container left", downTook.Round(time.Millisecond))
+
+	if run.report != "" {
+		rep, _ := json.MarshalIndent(map[string]any{
+			"jobs": run.jobs, "workers": run.workers, "kill": run.kill, "killed": killed,
+			"killed_after_s": killedAt.Seconds(), "up_s": upTook.Seconds(), "healthy_s": healthyTook.Seconds(),
+			"span_s": span.Seconds(), "cli_wall_s": wall.Seconds(), "jobs_per_s": rate,
+			"first_run_jobs_per_s": steadyRate, "rerun_done_after_kill_s": recovery.Seconds(),
+			"runs_per_job": runs, "per_worker": perWorker, "down_s": downTook.Seconds(),
+		}, "", "  ")
+		require.NoError(t, os.WriteFile(run.report, append(rep, '\n'), 0o644))
+	}
+}
+
+func newCompose(t *testing.T, run composeRun) *compose {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("TestCompose needs root (the Docker socket, images built with mmdebstrap): run it through `make test`")
+	}
+	for _, tool := range []string{"docker", "docker-compose"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: `apt-get install -y docker-compose` (Debian 12's docker-compose 1.29; `make test-compose` installs it)", tool)
+		}
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(root, "docker-compose.yml"))
+
+	c := &compose{t: t, root: root, project: "pdkct" + randomSuffix(), owners: map[string]bool{}}
+	natsPort, redisPort := freePort(t), freePort(t)
+	c.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	c.redis = fmt.Sprintf("127.0.0.1:%d", redisPort)
+	c.image = envOr("PADDOCK_IMAGE", "paddock/paddock:latest")
+	// The init directory is this test's own: another fleet on this host
+	// keeps its /var/lib/paddock/init.
+	initDir, err := os.MkdirTemp("", "paddock-compose-init-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(initDir, 0o755)) // a non-root worker must reach the init
+	t.Cleanup(func() { os.RemoveAll(initDir) })
+	c.env = append(os.Environ(),
+		"COMPOSE_PROJECT_NAME="+c.project,
+		"NATS_PORT="+strconv.Itoa(natsPort),
+		"REDIS_PORT="+strconv.Itoa(redisPort),
+		"PADDOCK_INIT_DIR="+initDir,
+		// paddock/test (4 MB) is always built by `make test`.
+		"PADDOCK_IMAGES="+envOr("PADDOCK_COMPOSE_SANDBOX_IMAGES", "paddock/test:latest"),
+	)
+	if !run.rootWorker {
+		// The hardened worker: uid 65532 with the socket's group.
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Stat("/var/run/docker.sock", &st), "the Docker socket")
+		c.env = append(c.env, "PADDOCK_WORKER_USER=65532:65532", "DOCKER_GID="+strconv.Itoa(int(st.Gid)))
+	}
+	return c
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func randomSuffix() string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = letters[int(b[i])%len(letters)]
+	}
+	return string(b)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// cmd runs a command in the repository root with the project's environment
+// and returns its combined output.
+func (c *compose) cmd(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = c.root, c.env
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s %s: timed out after %s: %w", name, strings.Join(args, " "), timeout, err)
+	}
+	return string(out), err
+}
+
+func (c *compose) compose(timeout time.Duration, args ...string) (string, error) {
+	base := []string{"-f", filepath.Join(c.root, "docker-compose.yml"), "--project-directory", c.root, "--ansi", "never"}
+	return c.cmd(timeout, "docker-compose", append(base, args...)...)
+}
+
+// buildImages builds the local images the stack uses: paddock from this
+// tree (a Go build; quick when cached), the others only when missing.
+func (c *compose) buildImages() {
+	c.t.Helper()
+	t0 := time.Now()
+	out, err := c.cmd(20*time.Minute, filepath.Join(c.root, "scripts", "build-images.sh"), "test", "nats", "redis", "paddock")
+	require.NoError(c.t, err, "scripts/build-images.sh:\n%s", out)
+	// The image must hold a working binary (a failed `go build` inside the
+	// script has produced an image without one).
+	smoke, err := c.cmd(time.Minute, "docker", "run", "--rm", "--network", "none", c.image, "schema", "spec")
+	require.NoError(c.t, err, "%s has no working paddock binary: %s\nbuild-images.sh said:\n%s", c.image, tail(smoke, 500), tail(out, 4000))
+	c.t.Logf("images ready in %s", time.Since(t0).Round(time.Millisecond))
+}
+
+// up starts the stack. The cleanup it registers takes the stack down and
+// removes what is left, whatever happened in between.
+func (c *compose) up(workers int) {
+	c.t.Helper()
+	c.t.Cleanup(c.cleanup)
+	out, err := c.compose(5*time.Minute, "up", "-d", "--scale", "worker="+strconv.Itoa(workers))
+	if err != nil {
+		c.dumpLogs()
+	}
+	require.NoError(c.t, err, "docker-compose up:\n%s", out)
+}
+
+// containers lists the project's containers of service (all if empty):
+// id (full), name, health/status.
+type ctr struct{ id, name, status string }
+
+func (c *compose) containers(service string) []ctr {
+	args := []string{"ps", "-a", "--no-trunc", "--format", "{{.ID}}\t{{.Names}}\t{{.Status}}",
+		"--filter", "label=com.docker.compose.project=" + c.project}
+	if service != "" {
+		args = append(args, "--filter", "label=com.docker.compose.service="+service)
+	}
+	out, err := c.cmd(time.Minute, "docker", args...)
+	require.NoError(c.t, err, out)
+	var list []ctr
+	for line := range strings.Lines(out) {
+		f := strings.SplitN(strings.TrimSpace(line), "\t", 3)
+		if len(f) == 3 {
+			list = append(list, ctr{f[0], f[1], f[2]})
+		}
+	}
+	return list
+}
+
+// waitHealthy waits until every scheduler and worker reports healthy (their
+// health checks fetch /healthz from --metrics-addr).
+func (c *compose) waitHealthy(workers int, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		healthy, total := 0, 0
+		var bad []string
+		for _, svc := range []string{"scheduler", "worker", "nats", "redis"} {
+			for _, ct := range c.containers(svc) {
+				total++
+				switch {
+				case strings.Contains(ct.status, "(healthy)"):
+					healthy++
+				case strings.HasPrefix(ct.status, "Restarting"), strings.HasPrefix(ct.status, "Exited"):
+					c.dumpLogs()
+					c.t.Fatalf("%s: %s", ct.name, ct.status)
+				default:
+					bad = append(bad, ct.name+": "+ct.status)
+				}
+			}
+		}
+		if len(c.containers("worker")) == workers && healthy == total {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.dumpLogs()
+			c.t.Fatalf("not healthy after %s: %v", timeout, bad)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// recordOwners notes the worker ids (the sandbox owner label): the
+// container's hostname (its 12-character id) and the process id 1.
+func (c *compose) recordOwners() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ct := range c.containers("worker") {
+		c.owners[ct.id[:12]+"-1"] = true
+	}
+}
+
+func (c *compose) ownerList() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for o := range c.owners {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// submit runs `paddock submit --wait` of the deployed image against the
+// published NATS port and returns the results it prints.
+func (c *compose) submit(ctx context.Context, jobs []byte, wait time.Duration) []job.Result {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, wait+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", "run", "--rm", "-i", "--network", "host", "--user", "65532:65532",
+		"--label", "com.docker.compose.project="+c.project, // cleaned with the project
+		c.image, "submit", "--nats-url", c.natsURL, "--file", "-", "--wait",
+		"--wait-timeout", wait.String(), "--output", "json")
+	cmd.Stdin = bytes.NewReader(jobs)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		c.dumpLogs()
+	}
+	require.NoError(c.t, err, "paddock submit (exit 2 = a job did not succeed): %s", tail(stderr.String(), 2000))
+	var results []job.Result
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r job.Result
+		require.NoError(c.t, json.Unmarshal(sc.Bytes(), &r), "result line %q", sc.Text())
+		results = append(results, r)
+	}
+	require.NoError(c.t, sc.Err())
+	return results
+}
+
+// killWorkerAfter waits until done results exist, then SIGKILLs one worker
+// container (docker kill: the restart policy leaves it dead, as a lost
+// host would be). Its jobs come back after asynq's lease expiry.
+func (c *compose) killWorkerAfter(ctx context.Context, js jetstream.JetStream, done int, start time.Time) (string, time.Duration) {
+	for ctx.Err() == nil {
+		st, err := js.Stream(ctx, job.StreamResults)
+		if err == nil {
+			info, err := st.Info(ctx)
+			if err == nil && info.State.Msgs >= uint64(done) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	workers := c.containers("worker")
+	if len(workers) == 0 {
+		return "", 0
+	}
+	victim := workers[len(workers)/2]
+	out, err := c.cmd(time.Minute, "docker", "kill", victim.id)
+	if err != nil {
+		c.t.Errorf("docker kill %s: %v %s", victim.name, err, out)
+	}
+	return victim.id[:12] + "-1", time.Since(start)
+}
+
+// checkResults: every job has exactly one terminal result, it succeeded,
+// and nothing is left in the queues.
+func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run composeRun, results []job.Result, killed string, killedAt time.Time) {
+	t := c.t
+	require.Len(t, results, run.jobs, "one result line per job")
+	owners := c.ownerList()
+	seenN := map[string]bool{}
+	seenID := map[string]bool{}
+	reruns := 0
+	for _, r := range results {
+		n := r.Labels["n"]
+		assert.False(t, seenN[n], "job n=%s reported twice", n)
+		assert.False(t, seenID[r.ID], "job %s reported twice", r.ID)
+		seenN[n], seenID[r.ID] = true, true
+		assert.Equal(t, job.StateSucceeded, r.State, "job n=%s: %s %s", n, r.Reason, r.Error)
+		assert.Contains(t, r.Stdout.Text, "job-"+n, "job n=%s output", n)
+		assert.Contains(t, owners, r.Worker, "job n=%s ran on a worker of this project", n)
+		if killed != "" && r.Worker == killed {
+			assert.True(t, r.FinishedAt.Before(killedAt.Add(time.Second)),
+				"job n=%s finished on the killed worker at %s, after its death at %s", n, r.FinishedAt, killedAt)
+		}
+		if r.Runs > 1 {
+			reruns++
+		}
+	}
+	for i := 1; i <= run.jobs; i++ {
+		assert.True(t, seenN[strconv.Itoa(i)], "no result for job n=%d", i)
+	}
+	if run.kill {
+		assert.Positive(t, reruns, "the killed worker held no job: nothing was re-run")
+	}
+
+	// The results stream stored exactly one message per job: a second
+	// terminal result (a re-run finishing again) would have taken another
+	// sequence number, even though the stream keeps only the last per job.
+	st, err := js.Stream(ctx, job.StreamResults)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(run.jobs), info.State.Msgs, "results stored")
+	assert.Equal(t, uint64(run.jobs), info.State.LastSeq, "results ever published")
+	jst, err := js.Stream(ctx, job.StreamJobs)
+	require.NoError(t, err)
+	jinfo, err := jst.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, jinfo.State.Msgs, "submissions left in %s", job.StreamJobs)
+
+	// Redis: the authoritative result of each job, and empty queues.
+	rdb := redis.NewClient(&redis.Options{Addr: c.redis})
+	defer rdb.Close()
+	for _, r := range results {
+		raw, err := rdb.Get(ctx, "paddock:result:"+r.ID).Bytes()
+		if assert.NoError(t, err, "stored result of %s", r.ID) {
+			var stored job.Result
+			require.NoError(t, json.Unmarshal(raw, &stored))
+			assert.Equal(t, r.State, stored.State, r.ID)
+			assert.Equal(t, r.Worker, stored.Worker, r.ID)
+		}
+	}
+	queues, err := rdb.SMembers(ctx, "asynq:queues").Result()
+	require.NoError(t, err)
+	for _, q := range queues {
+		p := "asynq:{" + q + "}:"
+		for _, k := range []string{"pending", "active"} {
+			assert.Zero(t, rdb.LLen(ctx, p+k).Val(), "%s%s", p, k)
+		}
+		for _, k := range []string{"scheduled", "retry", "archived"} {
+			assert.Zero(t, rdb.ZCard(ctx, p+k).Val(), "%s%s", p, k)
+		}
+	}
+}
+
+// down takes the stack down (workers drain) and checks that no container of
+// the project and no sandbox of its workers is left.
+func (c *compose) down() {
+	c.t.Helper()
+	out, err := c.compose(5*time.Minute, "down", "-v", "--timeout", "90")
+	require.NoError(c.t, err, "docker-compose down:\n%s", out)
+	// A killed worker's sandboxes end on their own (paddock-init exits when
+	// its stdin closes, and they are auto-removed): give them a moment.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		left := c.leftovers()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("left after down: %v", left)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// leftovers lists the project's containers and the sandboxes of its
+// workers (label io.paddock.managed=1, owner one of the worker ids).
+func (c *compose) leftovers() []string {
+	var left []string
+	for _, ct := range c.containers("") {
+		left = append(left, ct.name)
+	}
+	out, err := c.cmd(time.Minute, "docker", "ps", "-a", "--filter", "label=io.paddock.managed=1",
+		"--format", "{{.ID}}\t{{.Names}}\t{{.Label \"io.paddock.owner\"}}")
+	require.NoError(c.t, err, out)
+	owners := c.ownerList()
+	for line := range strings.Lines(out) {
+		f := strings.SplitN(strings.TrimSpace(line), "\t", 3)
+		if len(f) == 3 && slices.Contains(owners, f[2]) {
+			left = append(left, f[1])
+		}
+	}
+	return left
+}
+
+// cleanup runs whatever the test did: down, then force-remove leftovers.
+func (c *compose) cleanup() {
+	if out, err := c.compose(5*time.Minute, "down", "-v", "--timeout", "30"); err != nil {
+		c.t.Logf("cleanup: docker-compose down: %v\n%s", err, out)
+	}
+	var ids []string
+	for _, ct := range c.containers("") {
+		ids = append(ids, ct.id)
+	}
+	out, _ := c.cmd(time.Minute, "docker", "ps", "-a", "--no-trunc", "--filter", "label=io.paddock.managed=1",
+		"--format", "{{.ID}} {{.Label \"io.paddock.owner\"}}")
+	owners := c.ownerList()
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 2 && slices.Contains(owners, f[1]) {
+			ids = append(ids, f[0])
+		}
+	}
+	if len(ids) > 0 {
+		out, err := c.cmd(time.Minute, "docker", append([]string{"rm", "-f"}, ids...)...)
+		c.t.Logf("cleanup: removed %d leftover containers (%v) %s", len(ids), err, out)
+	}
+}
+
+func (c *compose) dumpLogs() {
+	out, _ := c.compose(time.Minute, "ps")
+	c.t.Logf("docker-compose ps:\n%s", out)
+	out, _ = c.compose(time.Minute, "logs", "--no-color", "--tail", "40")
+	c.t.Logf("docker-compose logs (last 40 lines per service):\n%s", tail(out, 20000))
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench.sh: `make bench`: run `echo hi` side by side through the host, Paddock's
+# sandbox, docker exec, docker run and the raw engine API, print the table,
+# write bench/out/latest.json and bench/out/latency.svg (and latency.png when
+# rsvg-convert is available). Method and reading guide: docs/benchmarks.md.
+#
+#   scripts/bench.sh [paddock-bench flags…]    e.g. -n 50 -rounds 5, -only host,paddock
+#
+# `make bench` builds bin/paddock and bin/paddock-init first; this script
+# builds bin/paddock-bench. A full run takes about 3-4 minutes on 2 cores.
+#
+# Environment:
+#   BENCH_OUT   output directory (default bench/out)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="/usr/local/go/bin:${PATH}"
+
+out="${BENCH_OUT:-bench/out}"
+log() { printf 'bench: %s\n' "$*"; }
+
+if [[ ! -x bin/paddock-init ]]; then
+	log "bin/paddock-init missing: building it (make build does this)"
+	mkdir -p bin
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/paddock-init ./cmd/paddock-init
+fi
+go build -trimpath -o bin/paddock-bench ./cmd/paddock-bench
+mkdir -p "${out}"
+bin/paddock-bench -init bin/paddock-init -out "${out}" "$@"
+
+# The PNG is a convenience; the SVG is the plot. Install librsvg2-bin when we
+# may (root on Debian), and never fail the benchmark over it.
+if ! command -v rsvg-convert >/dev/null && [[ ${EUID} -eq 0 ]] && command -v apt-get >/dev/null; then
+	log "installing librsvg2-bin for the PNG rendering"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends librsvg2-bin >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null 2>&1 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends librsvg2-bin >/dev/null 2>&1; } ||
+		log "could not install librsvg2-bin: SVG only"
+fi
+if command -v rsvg-convert >/dev/null; then
+	rsvg-convert -b white -o "${out}/latency.png" "${out}/latency.svg"
+	log "wrote ${out}/latency.png"
+fi

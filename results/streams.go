@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,7 +113,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 // ensureStream is CreateOrUpdateStream made safe against a concurrent
 // creator: when two processes both see "not found", one create loses with
 // "name already in use" and must update instead.
+//
+// A stream that already has the wanted settings is left alone: every
+// scheduler calls this at start, and a needless update racing a consumer
+// creation trips a data race inside nats-server's file store (seen under
+// -race with several schedulers starting at once).
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	if st, err := js.Stream(ctx, sc.Name); err == nil && sameManaged(st.CachedInfo().Config, sc) {
+		return nil
+	}
 	var err error
 	for range 5 {
 		if _, err = js.UpdateStream(ctx, sc); err == nil {
@@ -129,4 +138,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		}
 	}
 	return fmt.Errorf("results: ensure stream %s: %w (an existing stream with an incompatible configuration, e.g. another retention policy, must be migrated or deleted by the operator)", sc.Name, err)
+}
+
+// sameManaged reports whether have already has every setting Paddock
+// manages in want.
+func sameManaged(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
+		have.Storage == want.Storage && have.MaxAge == want.MaxAge &&
+		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.Duplicates == want.Duplicates &&
+		have.Replicas == want.Replicas && have.AllowDirect == want.AllowDirect &&
+		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes
 }

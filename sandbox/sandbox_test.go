@@ -288,3 +288,17 @@ func TestMissingImageIsInfraNotRetryable(t *testing.T) {
 	assert.False(t, ie.Retryable)
 	assert.Contains(t, err.Error(), "make images")
 }
+
+// A job whose deadline passed while its container was starting (a loaded
+// engine) ends as a timeout, not as an unexplained broken session.
+func TestDeadlinePassedBeforeFirstCommand(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, nil)
+	sess, err := s.rt.Acquire(context.Background(), small, SessionOptions{Deadline: time.Now().Add(-time.Second)})
+	require.NoError(t, err)
+	defer sess.Close()
+	out, err := sess.Run(context.Background(), Command{Script: "echo never"})
+	require.ErrorIs(t, err, ErrSessionBroken)
+	assert.Equal(t, ReasonTimeout, out.Reason)
+	assert.Equal(t, -1, out.ExitCode)
+}

@@ -108,12 +108,17 @@ type Session struct {
 	deadline *time.Timer
 }
 
+// errDeadline breaks a session whose job deadline passed.
+var errDeadline = fmt.Errorf("%w: job deadline passed", ErrSessionBroken)
+
 func newSession(r *Runtime, b *box, p Profile, pooled bool, opts SessionOptions) *Session {
 	s := &Session{r: r, b: b, profile: p, opts: opts, Pooled: pooled}
 	if !opts.Deadline.IsZero() {
-		s.deadline = time.AfterFunc(time.Until(opts.Deadline), func() {
-			s.breakSession(fmt.Errorf("%w: job deadline passed", ErrSessionBroken))
-		})
+		// Armed under the lock its callback takes (through Close): a
+		// deadline already past fires at once.
+		s.closeMu.Lock()
+		s.deadline = time.AfterFunc(time.Until(opts.Deadline), func() { s.breakSession(errDeadline) })
+		s.closeMu.Unlock()
 	}
 	return s
 }
@@ -228,6 +233,9 @@ type outcome struct {
 
 func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
 	if err := s.brokenErr(); err != nil {
+		if errors.Is(err, errDeadline) {
+			return outcome{Outcome: Outcome{Reason: ReasonTimeout, ExitCode: -1}}, err
+		}
 		return outcome{}, err
 	}
 	argv := cmd.Argv
@@ -276,7 +284,7 @@ func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
 					err = fmt.Errorf("%w: attach stream ended: %v %s", ErrSessionBroken, s.b.deathCause(), s.b.initDiag())
 				}
 				s.breakSession(err)
-				if errors.Is(err, ErrSessionBroken) && strings.Contains(err.Error(), "deadline") {
+				if errors.Is(err, errDeadline) {
 					o.Reason, o.ExitCode = ReasonTimeout, -1
 					return o, err
 				}

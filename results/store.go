@@ -113,6 +113,7 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 		return job.Result{}, false, fmt.Errorf("results: stored result of %s is corrupt: %w", r.ID, err)
 	}
 	if err := s.publish(ctx, stored, []byte(raw)); err != nil {
+		s.markUnpublished(ctx, r.ID) // republish.go
 		return stored, first, fmt.Errorf("%w: %s: %w", ErrNotPublished, r.ID, err)
 	}
 	return stored, first, nil

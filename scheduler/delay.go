@@ -17,11 +17,17 @@ func notBefore(hdr nats.Header) (time.Time, error) {
 
 // delay returns the asynq options that hold a task until notBefore, and the
 // time the task becomes runnable (its queued-at header: the queue wait is
-// measured from there). A time not in the future runs the job now.
+// measured from there). A time not in the future runs the job now. asynq
+// keeps the time in whole Unix seconds (truncated), so it is rounded up:
+// the job never starts before notBefore.
 func (s *Scheduler) delay(notBefore time.Time) ([]asynq.Option, time.Time) {
 	now := s.cfg.Now()
-	if notBefore.After(now) {
-		return []asynq.Option{asynq.ProcessAt(notBefore)}, notBefore
+	if !notBefore.After(now) {
+		return nil, now
 	}
-	return nil, now
+	at := notBefore.Truncate(time.Second)
+	if at.Before(notBefore) {
+		at = at.Add(time.Second)
+	}
+	return []asynq.Option{asynq.ProcessAt(at)}, at
 }

@@ -29,6 +29,12 @@ func TestDelayedJob(t *testing.T) {
 	assert.Equal(t, asynq.TaskStateScheduled, info.State)
 	assert.True(t, info.NextProcessAt.Equal(at), "next process at %s, want %s", info.NextProcessAt, at)
 
+	// asynq keeps whole seconds: a fractional time is rounded up, never down.
+	frac := at.Add(300 * time.Millisecond)
+	fs, err := s.client.Submit(context.Background(), job.Spec{Command: "echo frac"}, client.NotBefore(frac))
+	require.NoError(t, err)
+	assert.True(t, s.task(job.DefaultQueue, fs.ID).NextProcessAt.Equal(at.Add(time.Second)))
+
 	past, err := s.client.Submit(context.Background(), job.Spec{Command: "echo now"}, client.NotBefore(time.Now().Add(-time.Minute)))
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStatePending, s.task(job.DefaultQueue, past.ID).State)

@@ -29,7 +29,8 @@ func (f *fleet) cli(args ...string) (string, error) {
 }
 
 // TestCLICancelDelayPeriodic drives the operator commands: a delayed job
-// (submit --in) waits in the queue and `paddock cancel` removes it; a
+// (submit --in) does not start early; another waits in the queue and
+// `paddock cancel` removes it; a
 // running job is killed by `paddock cancel`; a scheduler with
 // --schedule-file runs an "@every 2s" job once per tick.
 func TestCLICancelDelayPeriodic(t *testing.T) {
@@ -48,6 +49,10 @@ func TestCLICancelDelayPeriodic(t *testing.T) {
 		st, _, err := f.taskState(delayed)
 		return err == nil && st == asynq.TaskStateScheduled
 	})
+	soon := testsvc.Unique("soon")
+	t0 := time.Now()
+	out, err = f.cli("submit", "--id", soon, "--in", "3s", "--", "echo soon")
+	require.NoError(t, err, out)
 	running := testsvc.Unique("running")
 	_, err = f.cli("submit", "--id", running, "--", "sleep 120; : "+running)
 	require.NoError(t, err)
@@ -65,6 +70,11 @@ func TestCLICancelDelayPeriodic(t *testing.T) {
 	out, err = f.cli("cancel", delayed)
 	require.NoError(t, err, out)
 	assert.Contains(t, out, delayed+"\tfinished\t")
+
+	r := f.result(soon, time.Minute)
+	assert.Equal(t, "soon\n", r.Stdout.Text)
+	assert.False(t, r.StartedAt.Before(t0.Add(3*time.Second)), "a job submitted --in 3s started at %s", r.StartedAt.Sub(t0))
+	t.Logf("--in 3s job started %s after submission", r.StartedAt.Sub(t0).Round(time.Millisecond))
 
 	// Periodic: ticks run once each although two schedulers submit them.
 	var ticks []string

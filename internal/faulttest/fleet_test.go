@@ -157,10 +157,22 @@ func childEnv() []string {
 	return env
 }
 
-// scheduler starts a `paddock scheduler`.
+// scheduler starts a `paddock scheduler` and waits until it consumes.
+// Processes start one at a time: the embedded nats-server (in this test
+// binary, under -race) has a data race between a stream update (every
+// process applies its stream settings at start) and a concurrent consumer
+// creation (nats-server v2.15.2, filestore.go UpdateConfig/ConsumerStore).
 func (f *fleet) scheduler(name string, extra ...string) *proc {
 	f.t.Helper()
-	return f.start(name, append(append([]string{"scheduler"}, f.common()...), extra...)...)
+	p := f.start(name, append(append([]string{"scheduler"}, f.common()...), extra...)...)
+	f.waitFor(30*time.Second, name+" ready", func() bool {
+		if p.exited() {
+			f.t.Fatalf("%s exited before it was ready: %v\n%s", name, p.err, p.tail(30))
+		}
+		b, _ := os.ReadFile(p.log)
+		return strings.Contains(string(b), `msg="scheduler running"`)
+	})
+	return p
 }
 
 // worker starts a `paddock worker` (concurrency 2, one warm container, no

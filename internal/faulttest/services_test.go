@@ -3,6 +3,7 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,18 +117,26 @@ func TestNATSRestartMidRun(t *testing.T) {
 }
 
 // TestNATSOutageDuringResults: NATS is down for longer than a publish
-// waits (20 s) while jobs finish. Their results are stored in Redis at
-// once and published when NATS is back.
+// waits (20 s) while jobs finish, and the worker that recorded their
+// results is killed before NATS is back (its buffered publishes die with
+// it). The results are in Redis at once; a scheduler's republisher
+// publishes them when NATS answers again, and another worker runs the rest.
 func TestNATSOutageDuringResults(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.scheduler("sched")
-	f.worker("w1")
+	w1 := f.worker("w1")
 	ids := f.submitAll(specs("outage", 8, "sleep 2; echo o%d"), time.Minute)
 	f.waitFor(time.Minute, "the jobs to start", func() bool { return f.runs(ids[0]) > 0 })
 	f.nats.Stop()
-	time.Sleep(20 * time.Second)
+	f.waitFor(time.Minute, "results recorded during the outage", func() bool {
+		_, err := f.store.Get(context.Background(), ids[2])
+		return err == nil
+	})
+	time.Sleep(15 * time.Second) // past the publish timeout of the first ones
+	w1.signal(syscall.SIGKILL)
 	f.nats.Restart()
-	runs := f.checkAllOK(ids, 3*time.Minute)
-	t.Logf("%d jobs across a 20 s NATS outage: runs per job %v", len(ids), runs)
+	f.worker("w2")
+	runs := f.checkAllOK(ids, 4*time.Minute)
+	t.Logf("%d jobs across a NATS outage and a worker crash: runs per job %v", len(ids), runs)
 }

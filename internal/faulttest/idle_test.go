@@ -1,0 +1,168 @@
+package faulttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// idleRow is one line of the e2e_idle table.
+type idleRow struct {
+	TaskCheckInterval string             `json:"task_check_interval"`
+	Runs              int                `json:"runs"`
+	P50MS             float64            `json:"p50_ms"`
+	P90MS             float64            `json:"p90_ms"`
+	P99MS             float64            `json:"p99_ms"`
+	MaxMS             float64            `json:"max_ms"`
+	IdleRedisCmdsPerS float64            `json:"idle_redis_cmds_per_s"`
+	IdleRedisByCmd    map[string]float64 `json:"idle_redis_cmds_per_s_by_command"`
+}
+
+// TestE2EIdle measures scenario e2e_idle: NATS submit → result received
+// for `echo hi` on an idle fleet (one scheduler and one worker process,
+// warm pool), one job at a time with a random 1-2 s pause between jobs so
+// each lands at a random point of the idle worker's poll cycle, for each
+// asynq TaskCheckInterval; and the Redis command rate of the idle fleet
+// (INFO total_commands_processed and commandstats over 10 s, no job
+// running). It is a measurement, not a check: it runs only with
+// PADDOCK_E2E_IDLE=1 (PADDOCK_E2E_INTERVALS, default "1s,100ms,20ms";
+// PADDOCK_E2E_RUNS, default 30; PADDOCK_E2E_OUT, a JSON file to write).
+func TestE2EIdle(t *testing.T) {
+	if os.Getenv("PADDOCK_E2E_IDLE") != "1" {
+		t.Skip("measurement: set PADDOCK_E2E_IDLE=1 (make bench does)")
+	}
+	intervals := strings.Split(envOr("PADDOCK_E2E_INTERVALS", "1s,100ms,20ms"), ",")
+	runs, err := strconv.Atoi(envOr("PADDOCK_E2E_RUNS", "30"))
+	require.NoError(t, err)
+	var rows []idleRow
+	for _, iv := range intervals {
+		t.Run(iv, func(t *testing.T) {
+			rows = append(rows, measureIdle(t, strings.TrimSpace(iv), runs))
+		})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| task check interval | p50 | p90 | p99 | max | idle Redis cmds/s | top idle commands |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.1f | %s |\n", r.TaskCheckInterval, r.P50MS, r.P90MS, r.P99MS, r.MaxMS,
+			r.IdleRedisCmdsPerS, topCommands(r.IdleRedisByCmd, 3))
+	}
+	t.Log(b.String())
+	if out := os.Getenv("PADDOCK_E2E_OUT"); out != "" {
+		data, err := json.MarshalIndent(map[string]any{"scenario": "e2e_idle", "runs_per_interval": runs, "rows": rows}, "", "  ")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(out, data, 0o644))
+	}
+}
+
+func measureIdle(t *testing.T, interval string, runs int) idleRow {
+	f := newFleet(t)
+	f.scheduler("sched")
+	f.worker("w1", "--task-check-interval", interval, "--pool-size", "2")
+	ctx := context.Background()
+
+	// Warm up (first container profile, consumer creation), then idle.
+	for range 3 {
+		id := f.submit(job.Spec{Command: "echo hi"})
+		f.result(id, time.Minute)
+	}
+	time.Sleep(3 * time.Second)
+	before, err := f.rdb.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	t0 := time.Now()
+	time.Sleep(10 * time.Second)
+	after, err := f.rdb.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	secs := time.Since(t0).Seconds()
+	byCmd := map[string]float64{}
+	total := 0.0
+	a, b := commandCalls(after), commandCalls(before)
+	b["info"]++ // the first INFO is counted in the second reading
+	for cmd, n := range a {
+		if d := float64(n - b[cmd]); d > 0 {
+			byCmd[cmd] = d / secs
+			total += d / secs
+		}
+	}
+
+	lat := make([]time.Duration, 0, runs)
+	for range runs {
+		time.Sleep(time.Second + rand.N(time.Second))
+		start := time.Now()
+		id := f.submit(job.Spec{Command: "echo hi"})
+		r := f.result(id, time.Minute)
+		lat = append(lat, time.Since(start))
+		require.Equal(t, "hi\n", r.Stdout.Text)
+	}
+	slices.Sort(lat)
+	ms := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
+	}
+	row := idleRow{TaskCheckInterval: interval, Runs: runs, P50MS: ms(0.5), P90MS: ms(0.9), P99MS: ms(0.99),
+		MaxMS: float64(lat[len(lat)-1].Microseconds()) / 1000, IdleRedisCmdsPerS: total, IdleRedisByCmd: byCmd}
+	t.Logf("interval %s: p50 %.0f ms, p99 %.0f ms; idle Redis %.1f cmds/s %v", interval, row.P50MS, row.P99MS, total, byCmd)
+	return row
+}
+
+// commandCalls parses INFO commandstats: cmdstat_<name>:calls=N,…
+func commandCalls(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out
+}
+
+func topCommands(m map[string]float64, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range m {
+		all = append(all, kv{k, v})
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		switch {
+		case a.v > b.v:
+			return -1
+		case a.v < b.v:
+			return 1
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	var parts []string
+	for i, e := range all {
+		if i == n {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", e.k, e.v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

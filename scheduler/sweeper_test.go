@@ -1,0 +1,65 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/scheduler"
+)
+
+// TestSweeperRecordsAbandonedJobs: an archived job task without a result
+// (its workers crashed on every try) gets an `infra` result; one that has
+// a result keeps it; both archived tasks are deleted.
+func TestSweeperRecordsAbandonedJobs(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	archive := func(id string) {
+		payload, err := json.Marshal(job.Spec{ID: id, Command: "echo", Queue: "default", Labels: map[string]string{"k": "v"}})
+		require.NoError(t, err)
+		_, err = s.asynq.Enqueue(asynq.NewTask(job.TaskType, payload), asynq.TaskID(id), asynq.Queue("default"))
+		require.NoError(t, err)
+		require.NoError(t, s.insp.ArchiveTask("default", id))
+	}
+	archive("abandoned")
+	archive("ended")
+	r := job.Result{ID: "ended"}
+	r.Finish(job.ReasonOK)
+	_, _, err := s.store.Record(ctx, r)
+	require.NoError(t, err)
+	_, err = s.asynq.Enqueue(asynq.NewTask("other:type", nil), asynq.TaskID("foreign"), asynq.Queue("default"))
+	require.NoError(t, err)
+	require.NoError(t, s.insp.ArchiveTask("default", "foreign"))
+
+	sw, err := scheduler.NewSweeper(s.insp, s.store, scheduler.SweeperConfig{Queues: caps.Queues, Logger: quiet()})
+	require.NoError(t, err)
+	n, err := sw.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+
+	got := s.result("abandoned")
+	assert.Equal(t, job.StateInfra, got.State)
+	assert.Contains(t, got.Error, "gave up on the job after 1 tries")
+	assert.Equal(t, map[string]string{"k": "v"}, got.Labels)
+	assert.Equal(t, job.StateSucceeded, s.result("ended").State)
+	s.noTask("default", "abandoned")
+	s.noTask("default", "ended")
+	_, err = s.insp.GetTaskInfo("default", "foreign")
+	assert.NoError(t, err, "tasks of other types are not Paddock's")
+
+	n, err = sw.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	for range 3 {
+		require.NoError(t, sw.Start(ctx))
+		require.NoError(t, sw.Start(ctx))
+		sw.Stop()
+		sw.Stop()
+	}
+}

@@ -11,6 +11,7 @@
 #
 # Environment:
 #   BENCH_OUT   output directory (default bench/out)
+#   BENCH_E2E   0 skips the e2e_idle scenario (idle fleet, submit → result)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="/usr/local/go/bin:${PATH}"
@@ -39,4 +40,14 @@ fi
 if command -v rsvg-convert >/dev/null; then
 	rsvg-convert -b white -o "${out}/latency.png" "${out}/latency.svg"
 	log "wrote ${out}/latency.png"
+fi
+
+# e2e_idle: NATS submit → result for `echo hi` on an idle fleet (real
+# scheduler and worker processes), p50/p99 at three asynq poll intervals,
+# with the Redis command rate of an idle worker. BENCH_E2E=0 skips it.
+if [[ "${BENCH_E2E:-1}" != 0 ]]; then
+	log "e2e_idle: idle fleet, submit → result (about 2 minutes)"
+	PADDOCK_E2E_IDLE=1 PADDOCK_E2E_OUT="${out}/e2e_idle.json" \
+		go test -count=1 -v -run 'TestE2EIdle' ./internal/faulttest/ 2>&1 | grep -E 'interval|p50|cmds|PASS|FAIL|ok' || true
+	[[ -f "${out}/e2e_idle.json" ]] && log "wrote ${out}/e2e_idle.json"
 fi

@@ -395,7 +395,7 @@ func TestForkBombIsNotRetried(t *testing.T) {
 	l := newLoop(t, healer.Config{LLM: llm.config()})
 	p := small(testsvc.TestImage)
 	p.Pids = 32
-	res, err := l.Run(context.Background(), s.session(t, p, nil), spec(testsvc.TestImage, ":(){ :|:& };:; wait"),
+	res, err := l.Run(context.Background(), s.session(t, p, nil), spec(testsvc.TestImage, ":(){ :|:& };:; sleep 60"),
 		job.HealPolicy{Mode: job.HealLLM, AllowInstall: true}, 20*time.Second)
 	require.NoError(t, err)
 	logAttempts(t, res)

@@ -33,7 +33,9 @@ func TestDelayedJob(t *testing.T) {
 	frac := at.Add(300 * time.Millisecond)
 	fs, err := s.client.Submit(context.Background(), job.Spec{Command: "echo frac"}, client.NotBefore(frac))
 	require.NoError(t, err)
-	assert.True(t, s.task(job.DefaultQueue, fs.ID).NextProcessAt.Equal(at.Add(time.Second)))
+	fi := s.task(job.DefaultQueue, fs.ID)
+	assert.True(t, fi.NextProcessAt.Equal(at.Add(time.Second)), "state %s, next process at %s, want %s (frac %s)",
+		fi.State, fi.NextProcessAt, at.Add(time.Second), frac)
 
 	past, err := s.client.Submit(context.Background(), job.Spec{Command: "echo now"}, client.NotBefore(time.Now().Add(-time.Minute)))
 	require.NoError(t, err)

@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -50,21 +54,28 @@ type frame struct {
 	payload []byte
 }
 
-// box is one started container with its attach stream.
+// box is one started container with its private control connection to
+// init. The attach stream is kept for init's stderr (diagnostics) and so
+// that the engine closes init's stdin when this worker goes away.
 type box struct {
 	id      string
 	name    string
 	key     string
+	dir     string // host directory bind-mounted at initproto.CtlDir
 	created time.Time
 
-	conn   client.HijackedResponse
-	wmu    sync.Mutex
-	frames chan frame
-	dead   chan struct{} // closed when the attach stream ends
-	err    atomic.Value  // error that ended the stream
-	diag   *initproto.Tail
-	diagMu sync.Mutex
-	used   atomic.Bool
+	ctl     *net.UnixConn
+	att     client.HijackedResponse
+	wmu     sync.Mutex
+	hello   initproto.Hello
+	frames  chan frame
+	dead    chan struct{} // closed when the control connection ends
+	closing chan struct{} // closed when the worker lets go of the box
+	once    sync.Once
+	err     atomic.Value // error that ended the connection
+	diag    *initproto.Tail
+	diagMu  sync.Mutex
+	used    atomic.Bool
 }
 
 func (b *box) alive() bool {
@@ -76,10 +87,32 @@ func (b *box) alive() bool {
 	}
 }
 
+// sendTimeout bounds one write to init: init always reads, so a write
+// that cannot finish means init is gone or wedged.
+const sendTimeout = 10 * time.Second
+
 func (b *box) send(typ byte, payload []byte) error {
+	if b.ctl == nil {
+		return ErrClosed
+	}
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	return initproto.WriteFrame(b.conn.Conn, typ, payload)
+	_ = b.ctl.SetWriteDeadline(time.Now().Add(sendTimeout))
+	return initproto.WriteFrame(b.ctl, typ, payload)
+}
+
+// release closes both connections: init sees EOF, kills everything and
+// exits. Idempotent.
+func (b *box) release() {
+	b.once.Do(func() {
+		close(b.closing)
+		if b.ctl != nil {
+			b.ctl.Close()
+		}
+		if b.att.Conn != nil {
+			b.att.Close()
+		}
+	})
 }
 
 func (b *box) deathCause() error {
@@ -93,61 +126,145 @@ func (b *box) deathCause() error {
 func (b *box) initDiag() string {
 	b.diagMu.Lock()
 	defer b.diagMu.Unlock()
-	return string(b.diag.Bytes())
+	return strings.TrimSpace(string(b.diag.Bytes()))
 }
 
-// readLoop demultiplexes Docker's attach stream (8-byte headers: stream,
-// 0, 0, 0, big-endian size) and parses init's frames from stdout.
+// readLoop parses init's frames from the control connection. It never
+// blocks after the box is released, whoever still reads.
 func (b *box) readLoop() {
 	defer close(b.dead)
 	defer close(b.frames)
-	r := &demux{r: b.conn.Reader, stderr: func(p []byte) {
-		b.diagMu.Lock()
-		_, _ = b.diag.Write(p)
-		b.diagMu.Unlock()
-	}}
+	r := bufio.NewReaderSize(b.ctl, 64<<10)
 	for {
-		typ, p, err := initproto.ReadFrame(r)
+		typ, p, err := initproto.ReadFrame(r, initproto.MaxReply)
 		if err != nil {
 			b.err.Store(err)
 			return
 		}
-		b.frames <- frame{typ, p}
+		select {
+		case b.frames <- frame{typ, p}:
+		case <-b.closing:
+			return
+		}
 	}
 }
 
-type demux struct {
-	r      *bufio.Reader
-	remain int
-	stream byte
-	stderr func([]byte)
-}
-
-func (d *demux) Read(p []byte) (int, error) {
-	for d.remain == 0 || d.stream != 1 {
-		if d.remain > 0 { // init's stderr: keep for diagnostics
-			buf := make([]byte, min(d.remain, 4096))
-			n, err := io.ReadFull(d.r, buf)
-			d.stderr(buf[:n])
-			d.remain -= n
-			if err != nil {
-				return 0, err
+// heartbeat keeps init's watchdog fed until the box is released or dead.
+func (b *box) heartbeat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if b.send(initproto.TypeHeartbeat, nil) != nil {
+				return
 			}
-			continue
+		case <-b.closing:
+			return
+		case <-b.dead:
+			return
 		}
-		var hdr [8]byte
-		if _, err := io.ReadFull(d.r, hdr[:]); err != nil {
-			return 0, err
-		}
-		d.stream, d.remain = hdr[0], int(binary.BigEndian.Uint32(hdr[4:]))
 	}
-	n, err := d.r.Read(p[:min(len(p), d.remain)])
-	d.remain -= n
-	return n, err
 }
 
-// startBox creates, attaches and starts a container for p and waits for
-// init's hello.
+// attachLoop keeps init's stderr (Docker's multiplexed attach stream:
+// 8-byte headers of stream, 0, 0, 0, big-endian size) for diagnostics.
+func (b *box) attachLoop() {
+	r := b.att.Reader
+	var hdr [8]byte
+	buf := make([]byte, 4096)
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		for n := int(binary.BigEndian.Uint32(hdr[4:])); n > 0; {
+			k, err := io.ReadFull(r, buf[:min(n, len(buf))])
+			if hdr[0] == 2 {
+				b.diagMu.Lock()
+				_, _ = b.diag.Write(buf[:k])
+				b.diagMu.Unlock()
+			}
+			n -= k
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// listenControl makes the box's control directory and listens on the
+// socket in it. The directory is mounted read-only in the box; the socket
+// lives only until init's one connection is accepted.
+func (r *Runtime) listenControl(seq int64) (string, *net.UnixListener, error) {
+	dir := filepath.Join(r.runDir, strconv.FormatInt(seq, 10))
+	_ = os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	sock := filepath.Join(dir, filepath.Base(initproto.CtlSocket))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	// The box's user connects; nobody else can reach the directory (the
+	// run directory above it is 0700, and only this box mounts this one).
+	if err := os.Chmod(sock, 0o666); err != nil {
+		ln.Close()
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, ln, nil
+}
+
+// acceptInit accepts init's one connection, then closes and unlinks the
+// listener: no later connection is possible.
+func (r *Runtime) acceptInit(ctx context.Context, ln *net.UnixListener) (*net.UnixConn, error) {
+	defer ln.Close() // unlinks the socket
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(r.cfg.StartTimeout)
+	}
+	_ = ln.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = ln.SetDeadline(time.Now()) })
+	defer stop()
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	if uid, _, ok := numericUser(r.cfg.User); ok {
+		if err := checkPeer(conn, uid); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// checkPeer refuses a connection from any uid but the box's.
+func checkPeer(c *net.UnixConn, uid string) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if strconv.FormatUint(uint64(cred.Uid), 10) != uid {
+		return fmt.Errorf("control connection from uid %d, want %s", cred.Uid, uid)
+	}
+	return nil
+}
+
+// startBox creates, attaches and starts a container for p, accepts init's
+// control connection and waits for its hello.
 func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]string) (*box, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
@@ -155,11 +272,19 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	name := fmt.Sprintf("paddock-%s-%d", sanitizeName(r.cfg.Owner), seq)
 	r.track(name, true)
 
+	dir, ln, err := r.listenControl(seq)
+	if err != nil {
+		r.track(name, false)
+		return nil, infra("control socket", fmt.Errorf("%w (the run directory %s must be writable by the worker and visible to the Docker engine at the same path)", err, r.runDir), true)
+	}
 	lbl := map[string]string{LabelManaged: "1", LabelOwner: r.cfg.Owner, LabelProfile: shortHash(p.key())}
 	for k, v := range labels {
 		lbl[k] = v
 	}
-	mounts := []mount.Mount{{Type: mount.TypeBind, Source: r.cfg.InitPath, Target: InitTarget, ReadOnly: true}}
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: r.cfg.InitPath, Target: InitTarget, ReadOnly: true},
+		{Type: mount.TypeBind, Source: dir, Target: initproto.CtlDir, ReadOnly: true},
+	}
 	tmpfs := map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)}
 	hasWorkspace := false
 	for _, m := range p.Mounts {
@@ -216,13 +341,12 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		Config: &container.Config{
 			Image:           p.Image,
 			Entrypoint:      []string{InitTarget},
-			Cmd:             []string{},
+			Cmd:             []string{initproto.WatchdogFlag + strconv.FormatInt(r.cfg.Watchdog.Milliseconds(), 10)},
 			User:            r.cfg.User,
 			WorkingDir:      "/",
 			Env:             []string{},
 			Labels:          lbl,
 			AttachStdin:     true,
-			AttachStdout:    true,
 			AttachStderr:    true,
 			OpenStdin:       true,
 			StdinOnce:       true,
@@ -232,6 +356,8 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		HostConfig: hc,
 	})
 	if err != nil {
+		ln.Close()
+		os.RemoveAll(dir)
 		r.track(name, false)
 		retry := !cerrdefs.IsNotFound(err) && !cerrdefs.IsInvalidArgument(err)
 		if cerrdefs.IsNotFound(err) {
@@ -239,48 +365,102 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		}
 		return nil, infra("create container", err, retry)
 	}
-	b := &box{id: created.ID, name: name, key: p.key(), created: time.Now(),
-		frames: make(chan frame, 64), dead: make(chan struct{}), diag: initproto.NewTail(4096)}
+	b := &box{id: created.ID, name: name, key: p.key(), dir: dir, created: time.Now(),
+		frames: make(chan frame, 64), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
 	fail := func(op string, err error) (*box, error) {
+		ln.Close()
+		if b.ctl == nil {
+			close(b.dead)
+		}
 		r.destroy(b)
+		if d := b.initDiag(); d != "" {
+			err = fmt.Errorf("%w (init: %s)", err, d)
+		}
 		return nil, infra(op, err, true)
 	}
-	att, err := r.docker.ContainerAttach(ctx, b.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	att, err := r.docker.ContainerAttach(ctx, b.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})
 	if err != nil {
 		return fail("attach container", err)
 	}
-	b.conn = att.HijackedResponse
-	go b.readLoop()
+	b.att = att.HijackedResponse
+	go b.attachLoop()
 	if _, err := r.docker.ContainerStart(ctx, b.id, client.ContainerStartOptions{}); err != nil {
 		return fail("start container", err)
 	}
+	conn, err := r.acceptInit(ctx, ln)
+	if err != nil {
+		return fail("wait for init", fmt.Errorf("init did not connect: %w", err))
+	}
+	b.ctl = conn
+	go b.readLoop()
 	select {
 	case f, ok := <-b.frames:
 		if !ok {
-			return fail("wait for init", fmt.Errorf("container ended before init spoke: %v %s", b.deathCause(), b.initDiag()))
+			return fail("wait for init", fmt.Errorf("init hung up before its hello: %v", b.deathCause()))
 		}
-		var h initproto.Hello
-		if f.typ != initproto.TypeHello || json.Unmarshal(f.payload, &h) != nil || h.Version != initproto.Version {
-			return fail("wait for init", fmt.Errorf("unexpected first frame %q from init", f.typ))
+		if f.typ != initproto.TypeHello || json.Unmarshal(f.payload, &b.hello) != nil || b.hello.Version != initproto.Version {
+			return fail("wait for init", fmt.Errorf("unexpected first frame %q from init (a paddock-init of another version?)", f.typ))
 		}
 	case <-ctx.Done():
 		return fail("wait for init", ctx.Err())
 	}
+	if b.hello.Bash == "" && b.hello.Sh == "" {
+		r.destroy(b)
+		return nil, infra("start container", fmt.Errorf("image %q has neither bash nor sh on the default PATH", p.Image), false)
+	}
+	go b.heartbeat(r.cfg.HeartbeatInterval)
 	return b, nil
 }
 
-// destroy closes the attach stream (init then kills everything and exits)
-// and force-removes the container in the background.
-func (r *Runtime) destroy(b *box) {
-	if b.conn.Conn != nil {
-		b.conn.Close()
+// ended explains a box whose control connection ended while a command of
+// the job ran and the worker had not let go of it. The engine is asked
+// about the container: when it cannot answer, the failure is the engine's
+// (infra, retried); when it can, nothing but the job's own processes were
+// in the box, so the job caused it, and the reason says how.
+func (r *Runtime) ended(b *box) (Reason, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	diag := b.initDiag()
+	// init's last words, if it wrote any, are on the attach stream: give
+	// them a moment to arrive.
+	for i := 0; i < 20 && diag == ""; i++ {
+		time.Sleep(5 * time.Millisecond)
+		diag = b.initDiag()
 	}
+	res, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return "", "", infra("inspect ended container", err, true)
+	}
+	if containsAny(diag, "worker silent") {
+		// init's watchdog: this worker stopped talking (stopped, starved),
+		// which is no fault of the job.
+		return "", "", infra("run command", fmt.Errorf("the box's watchdog ended it: this worker was silent for %s (stopped or starved?)", r.cfg.Watchdog), true)
+	}
+	why := "the sandbox's init ended while the command ran"
+	if diag != "" {
+		why += " (init: " + diag + ")"
+	}
+	switch {
+	case err == nil && res.Container.State != nil && res.Container.State.OOMKilled:
+		return ReasonOOM, why + "; the container's memory limit was reached", nil
+	case containsAny(diag, "failed to create new OS thread", "pthread_create failed", "resource temporarily unavailable", "cannot allocate memory") && !containsAny(diag, "out of memory"):
+		return ReasonPidsLimit, why + "; the job took every process slot", nil
+	case containsAny(diag, "out of memory"):
+		return ReasonOOM, why, nil
+	}
+	return ReasonSignal, why, nil
+}
+
+// destroy releases the box (init then kills everything and exits) and
+// force-removes the container in the background.
+func (r *Runtime) destroy(b *box) {
+	b.release()
 	r.removeQ <- b
 }
 
 // removeNow force-removes b synchronously; gone already is success.
 func (r *Runtime) removeNow(ctx context.Context, b *box) error {
-	defer r.track(b.name, false)
+	defer r.forget(b)
 	_, err := r.docker.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
 		return infra("remove container", err, true)
@@ -298,14 +478,24 @@ func (r *Runtime) removeNow(ctx context.Context, b *box) error {
 	return nil
 }
 
-// remove force-removes a container; a container already gone is success.
-func (r *Runtime) remove(ctx context.Context, b *box) {
-	defer r.track(b.name, false)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// remove force-removes a container in the background; a container already
+// gone, or whose auto-removal is under way, is success.
+func (r *Runtime) remove(b *box) {
+	defer r.forget(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := r.docker.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
 		r.cfg.Logger.Warn("remove container", "container", b.name, "err", err)
+	}
+}
+
+// forget drops a removed box from the runtime's books and its control
+// directory from the host.
+func (r *Runtime) forget(b *box) {
+	r.track(b.name, false)
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
 	}
 }
 
@@ -314,8 +504,9 @@ func isRemovalInProgress(err error) bool {
 }
 
 func containsAny(s string, subs ...string) bool {
+	s = strings.ToLower(s)
 	for _, x := range subs {
-		if strings.Contains(s, x) {
+		if strings.Contains(s, strings.ToLower(x)) {
 			return true
 		}
 	}
@@ -343,3 +534,4 @@ func shortHash(s string) string {
 	}
 	return strconv.FormatUint(h, 36)
 }
+

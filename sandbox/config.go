@@ -55,7 +55,18 @@ type Config struct {
 	// container, e.g. the heal loop's package source at /.paddock/pkgs.
 	// Unlike Profile.Mounts they keep containers poolable.
 	ExtraMounts []Mount
-	Logger      *slog.Logger
+	// RunDir holds each box's control directory, bind-mounted read-only
+	// into the box at /.paddock/ctl for init's private socket. The Docker
+	// engine must see it at the same path (default /run/paddock as root,
+	// else $TMPDIR/paddock-<uid>). Its path must be short: a unix socket
+	// path has at most 107 bytes.
+	RunDir string
+	// Watchdog is how long init waits for a word from its worker before it
+	// kills everything and exits (default 5 s); HeartbeatInterval is how
+	// often the worker speaks (default 1 s, at most Watchdog/3).
+	Watchdog          time.Duration
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -103,6 +114,27 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Logger = c.Logger.With("component", "sandbox")
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir()
+	}
+	if c.Watchdog == 0 {
+		c.Watchdog = 5 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(time.Second, c.Watchdog/3)
+	}
+	switch {
+	case c.Watchdog < 500*time.Millisecond:
+		return c, fmt.Errorf("%w: watchdog %s is below 500ms (init would end boxes of a busy worker)", ErrConfig, c.Watchdog)
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.Watchdog/3:
+		return c, fmt.Errorf("%w: heartbeat interval %s must be in (0, watchdog/3 = %s]", ErrConfig, c.HeartbeatInterval, c.Watchdog/3)
+	case !filepath.IsAbs(c.RunDir):
+		return c, fmt.Errorf("%w: run directory %q must be absolute", ErrConfig, c.RunDir)
+	}
+	// <run dir>/<owner>/<seq>/init.sock, seq up to 12 digits.
+	if n := len(ownerRunDir(c.RunDir, c.Owner)) + len("/123456789012/init.sock"); n > 107 {
+		return c, fmt.Errorf("%w: run directory %q with owner %q makes a socket path of %d bytes; a unix socket path has at most 107: use a shorter --run-dir", ErrConfig, c.RunDir, c.Owner, n)
+	}
 	if c.InstallTmpfsMB == 0 {
 		c.InstallTmpfsMB = 256
 	}
@@ -164,6 +196,18 @@ func DefaultInitPath() string {
 		}
 	}
 	return "/usr/local/lib/paddock/paddock-init"
+}
+
+// DefaultRunDir is $PADDOCK_RUN_DIR, else /run/paddock for root, else
+// $TMPDIR/paddock-<uid>.
+func DefaultRunDir() string {
+	if p := os.Getenv("PADDOCK_RUN_DIR"); p != "" {
+		return p
+	}
+	if os.Geteuid() == 0 {
+		return "/run/paddock"
+	}
+	return filepath.Join(os.TempDir(), "paddock-"+strconv.Itoa(os.Geteuid()))
 }
 
 // Profile is what makes two containers interchangeable: the image and the

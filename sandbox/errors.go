@@ -11,6 +11,11 @@ var (
 	// ErrSessionBroken is returned by Run after the container was destroyed
 	// (job deadline, lost attach stream, a timed-out command init did not end).
 	ErrSessionBroken = errors.New("sandbox: session container is gone")
+	// ErrSandboxEnded is returned by Run when the job's own processes ended
+	// the sandbox during the command (its init died under a limit the job
+	// hit): the Outcome's Reason and Ended say how. The job failed; running
+	// it again would not help.
+	ErrSandboxEnded = fmt.Errorf("%w: the job's processes ended the sandbox", ErrSessionBroken)
 )
 
 // InfraError is a failure of the sandbox machinery (Docker engine, image,

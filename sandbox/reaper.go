@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -116,5 +118,34 @@ func (p *Reaper) Reap(ctx context.Context) (int, error) {
 	if n > 0 && p.OnReap != nil {
 		p.OnReap(n)
 	}
+	p.reapRunDirs(ctx, alive)
 	return n, nil
+}
+
+// reapRunDirs removes the control directories of dead owners on this host
+// (a worker killed with -9 leaves its run directory behind; its boxes were
+// ended by their watchdogs and auto-removed by the engine).
+func (p *Reaper) reapRunDirs(ctx context.Context, alive map[string]bool) {
+	ents, err := os.ReadDir(p.r.cfg.RunDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		owner := e.Name()
+		if !e.IsDir() || owner == sanitizeName(p.r.cfg.Owner) {
+			continue
+		}
+		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < p.r.cfg.ReapGrace {
+			continue
+		}
+		ok, seen := alive[owner]
+		if !seen {
+			if ok, err = p.live.Alive(ctx, owner); err != nil {
+				return
+			}
+		}
+		if !ok {
+			_ = os.RemoveAll(filepath.Join(p.r.cfg.RunDir, owner))
+		}
+	}
 }

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +33,8 @@ type Runtime struct {
 	refDone chan struct{}  // closed when the refiller has returned
 	refill  chan struct{}
 
-	shellMu sync.Mutex
-	shells  map[string][]string // image → working shell
+	// runDir holds one control directory per box (Config.RunDir/<owner>).
+	runDir string
 
 	stats Stats
 }
@@ -59,7 +61,8 @@ func New(docker DockerClient, cfg Config) (*Runtime, error) {
 		docker: docker, cfg: cfg,
 		removeQ: make(chan *box, 1024),
 		pools:   map[string]*pool{}, live: map[string]bool{},
-		refill: make(chan struct{}, 1), shells: map[string][]string{},
+		refill: make(chan struct{}, 1),
+		runDir: ownerRunDir(cfg.RunDir, cfg.Owner),
 	}, nil
 }
 
@@ -80,6 +83,15 @@ func (r *Runtime) Start(ctx context.Context, warm ...Profile) error {
 	if r.started {
 		return nil
 	}
+	// The run directory is private to this worker: boxes mount only their
+	// own subdirectory of it.
+	if err := os.MkdirAll(r.cfg.RunDir, 0o711); err != nil {
+		return fmt.Errorf("%w: run directory: %v", ErrConfig, err)
+	}
+	_ = os.RemoveAll(r.runDir) // left by an earlier process with this owner id
+	if err := os.Mkdir(r.runDir, 0o700); err != nil {
+		return fmt.Errorf("%w: run directory: %v", ErrConfig, err)
+	}
 	r.started = true
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for range r.cfg.RemoveWorkers {
@@ -87,7 +99,7 @@ func (r *Runtime) Start(ctx context.Context, warm ...Profile) error {
 		go func() {
 			defer r.wg.Done()
 			for b := range r.removeQ {
-				r.remove(context.Background(), b)
+				r.remove(b)
 				r.stats.Removed.Add(1)
 			}
 		}()
@@ -134,6 +146,7 @@ func (r *Runtime) Stop() {
 	<-r.refDone
 	close(r.removeQ)
 	r.wg.Wait()
+	_ = os.RemoveAll(r.runDir)
 }
 
 func (r *Runtime) kick() {
@@ -323,18 +336,5 @@ func (r *Runtime) Acquire(ctx context.Context, p Profile, opts SessionOptions) (
 	return newSession(r, b, p, pooled, opts), nil
 }
 
-// shellFor returns the shell known to work for image (bash, else sh).
-func (r *Runtime) shellFor(image string) []string {
-	r.shellMu.Lock()
-	defer r.shellMu.Unlock()
-	if s, ok := r.shells[image]; ok {
-		return s
-	}
-	return []string{"bash", "-c"}
-}
-
-func (r *Runtime) setShell(image string, sh []string) {
-	r.shellMu.Lock()
-	defer r.shellMu.Unlock()
-	r.shells[image] = sh
-}
+// ownerRunDir is the control directory root of one owner's boxes.
+func ownerRunDir(runDir, owner string) string { return filepath.Join(runDir, sanitizeName(owner)) }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,6 +89,9 @@ type Outcome struct {
 	// Leftover counts processes the command left behind (killed).
 	Leftover int
 	Argv     []string
+	// Ended, when set, says how the job's processes ended the sandbox
+	// itself during the command (Run then returns ErrSandboxEnded).
+	Ended string
 }
 
 // Session is one job's container: never used before, destroyed on Close.
@@ -155,9 +157,7 @@ func (s *Session) Destroy(ctx context.Context) error {
 	already := s.closed
 	s.closed = true
 	s.closeMu.Unlock()
-	if s.b.conn.Conn != nil {
-		s.b.conn.Close()
-	}
+	s.b.release()
 	err := s.r.removeNow(ctx, s.b)
 	if !already {
 		s.r.stats.Removed.Add(1)
@@ -217,30 +217,27 @@ func (s *Session) Probe(ctx context.Context) (initproto.Facts, error) {
 func (s *Session) Run(ctx context.Context, cmd Command) (Outcome, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out, err := s.run(ctx, cmd)
-	if err == nil && out.shellMissing {
-		// The image has no bash: remember that and use sh.
-		s.r.setShell(s.profile.Image, []string{"sh", "-c"})
-		out, err = s.run(ctx, cmd)
+	return s.run(ctx, cmd)
+}
+
+// shell is the box's own shell, as init found it before any job ran.
+func (s *Session) shell() string {
+	if s.b.hello.Bash != "" {
+		return s.b.hello.Bash
 	}
-	return out.Outcome, err
+	return s.b.hello.Sh
 }
 
-type outcome struct {
-	Outcome
-	shellMissing bool
-}
-
-func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
+func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 	if err := s.brokenErr(); err != nil {
 		if errors.Is(err, errDeadline) {
-			return outcome{Outcome: Outcome{Reason: ReasonTimeout, ExitCode: -1}}, err
+			return Outcome{Reason: ReasonTimeout, ExitCode: -1}, err
 		}
-		return outcome{}, err
+		return Outcome{}, err
 	}
 	argv := cmd.Argv
 	if argv == nil {
-		argv = append(append([]string(nil), s.r.shellFor(s.profile.Image)...), cmd.Script)
+		argv = []string{s.shell(), "-c", cmd.Script}
 	}
 	timeout := cmd.Timeout
 	if timeout <= 0 {
@@ -261,34 +258,28 @@ func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
 	}
 	payload, err := json.Marshal(req)
 	if err != nil {
-		return outcome{}, err
+		return Outcome{}, err
 	}
 	if err := s.b.send(initproto.TypeRun, payload); err != nil {
 		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
-		return outcome{}, infra("send command", err, true)
+		return Outcome{}, infra("send command", err, true)
 	}
 	// init enforces the timeout; this guard only catches an init that
 	// stopped answering.
 	guard := time.NewTimer(timeout + 10*time.Second)
 	defer guard.Stop()
 
-	var o outcome
+	var o Outcome
 	o.Argv = argv
 	half := outCap / 2
+	// What init sends is bounded by this worker's numbers, never by the
+	// frames: heads to half the cap, tails to the other half.
+	var tails [2][]byte
 	for {
 		select {
 		case f, ok := <-s.b.frames:
 			if !ok {
-				err := s.brokenErr()
-				if err == nil || errors.Is(err, ErrClosed) {
-					err = fmt.Errorf("%w: attach stream ended: %v %s", ErrSessionBroken, s.b.deathCause(), s.b.initDiag())
-				}
-				s.breakSession(err)
-				if errors.Is(err, errDeadline) {
-					o.Reason, o.ExitCode = ReasonTimeout, -1
-					return o, err
-				}
-				return o, infra("run command", err, true)
+				return s.lost(o)
 			}
 			switch f.typ {
 			case initproto.TypeStdout, initproto.TypeStderr:
@@ -302,15 +293,27 @@ func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
 				if cmd.OnOutput != nil {
 					cmd.OnOutput(st, f.payload)
 				}
+			case initproto.TypeTailOut, initproto.TypeTailErr:
+				t := &tails[0]
+				if f.typ == initproto.TypeTailErr {
+					t = &tails[1]
+				}
+				if room := outCap - half - int64(len(*t)); room > 0 {
+					*t = append(*t, f.payload[:min(int64(len(f.payload)), room)]...)
+				}
 			case initproto.TypeExit:
 				var x initproto.Exit
 				if err := json.Unmarshal(f.payload, &x); err != nil || x.ID != req.ID {
+					// Only init can write here, so this is a bug, not the job:
+					// retrying would fail the same way.
 					s.breakSession(fmt.Errorf("%w: bad exit frame", ErrSessionBroken))
-					return o, infra("run command", fmt.Errorf("bad exit frame from init: %v", err), true)
+					return o, infra("run command", fmt.Errorf("paddock-init sent a malformed exit frame (id %d, want %d: %v); this is a bug in Paddock, please report it", x.ID, req.ID, err), false)
 				}
-				finish(&o, x, half)
-				o.shellMissing = cmd.Argv == nil && x.ExitCode == 127 && strings.Contains(x.StartErr, "command not found") && argv[0] == "bash"
+				finish(&o, x, tails, half)
 				return o, nil
+			default:
+				s.breakSession(fmt.Errorf("%w: unexpected frame", ErrSessionBroken))
+				return o, infra("run command", fmt.Errorf("paddock-init sent an unexpected frame %q during a command; this is a bug in Paddock, please report it", f.typ), false)
 			}
 		case <-guard.C:
 			s.breakSession(fmt.Errorf("%w: init did not end a timed-out command", ErrSessionBroken))
@@ -324,7 +327,35 @@ func (s *Session) run(ctx context.Context, cmd Command) (outcome, error) {
 	}
 }
 
-func finish(o *outcome, x initproto.Exit, half int64) {
+// lost handles a control connection that ended during a command. If the
+// worker let go of the box (deadline, Close), that is the answer. If the
+// engine cannot say what became of the container, the engine failed
+// (retryable infra). Otherwise only the job's own processes were in the
+// box: the job ended it, and the outcome says how (ErrSandboxEnded).
+func (s *Session) lost(o Outcome) (Outcome, error) {
+	if err := s.brokenErr(); err != nil {
+		s.Close()
+		if errors.Is(err, errDeadline) {
+			o.Reason, o.ExitCode = ReasonTimeout, -1
+			return o, err
+		}
+		return o, infra("run command", err, true)
+	}
+	if err := s.b.deathCause(); errors.Is(err, initproto.ErrProtocol) {
+		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
+		return o, infra("run command", fmt.Errorf("paddock-init broke the protocol (%v); this is a bug in Paddock, please report it", err), false)
+	}
+	reason, why, err := s.r.ended(s.b)
+	if err != nil {
+		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
+		return o, err
+	}
+	s.breakSession(ErrSandboxEnded)
+	o.Reason, o.ExitCode, o.Ended = reason, -1, why
+	return o, ErrSandboxEnded
+}
+
+func finish(o *Outcome, x initproto.Exit, tails [2][]byte, half int64) {
 	o.ExitCode, o.Signal = x.ExitCode, x.Signal
 	o.Duration = time.Duration(x.DurationNS)
 	o.OOMKills, o.PidsMax, o.Leftover = x.OOMKills, x.PidsMax, x.Leftover
@@ -336,8 +367,8 @@ func finish(o *outcome, x initproto.Exit, half int64) {
 			dst.Tail, dst.Truncated = tail, true
 		}
 	}
-	fill(&o.Stdout, x.StdoutBytes, x.StdoutTail)
-	fill(&o.Stderr, x.StderrBytes, x.StderrTail)
+	fill(&o.Stdout, x.StdoutBytes, tails[0])
+	fill(&o.Stderr, x.StderrBytes, tails[1])
 	if x.StartErr != "" && o.Stderr.Bytes == 0 {
 		msg := []byte("paddock: " + x.StartErr + "\n")
 		o.Stderr = Output{Head: msg, Bytes: int64(len(msg))}

@@ -446,8 +446,11 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	out, _ := hres.Final.Detail.(sandbox.Outcome)
 	jobDeadline := err != nil && ctx.Err() == nil &&
 		(errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout || errors.Is(err, context.DeadlineExceeded))
+	// The job's own processes ended its sandbox (init killed under a limit
+	// the job hit): the job's failure, with the outcome's reason, once.
+	jobEnded := err != nil && ctx.Err() == nil && errors.Is(err, sandbox.ErrSandboxEnded)
 	switch {
-	case err == nil, jobDeadline:
+	case err == nil, jobDeadline, jobEnded:
 		// The command ended (a job-deadline kill is the job's timeout).
 	case errors.Is(context.Cause(ctx), errLeaseLost):
 		res.Error = "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data"
@@ -486,6 +489,9 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	res.FinishedAt = w.cfg.Now()
 	res.Finish(reason)
 	res.Error = explain(reason, out, eff, jobDeadline)
+	if out.Ended != "" {
+		res.Error = out.Ended + "; " + res.Error
+	}
 	return w.record(ctx, log, res)
 }
 

@@ -1,12 +1,28 @@
 // Command paddock-init is PID 1 of every Paddock sandbox container. It is
 // bind-mounted read-only at /.paddock/init and speaks the framed protocol of
-// package initproto over its stdin and stdout, which the worker holds through
-// the Docker attach stream.
+// package initproto over a private unix socket: at start it connects to
+// /.paddock/ctl/init.sock, where its worker accepts exactly this one
+// connection and then unlinks the socket.
+//
+// The job's code runs under the same uid, so init keeps itself out of its
+// reach before it runs anything:
+//   - it is not dumpable (prctl PR_SET_DUMPABLE 0): /proc/1/fd, mem,
+//     environ, maps and ptrace are closed to the job;
+//   - it ignores every signal it can (the kernel never delivers SIGKILL or
+//     SIGSTOP to a namespace's init from inside), so `kill -TERM 1` does
+//     nothing;
+//   - the job's processes get oom_score_adj 1000, so the OOM killer takes
+//     them before init;
+//   - a watchdog ends the box when the worker is silent for the watchdog
+//     period (heartbeats arrive every second), and EOF on the socket or on
+//     the attached stdin ends it at once: no box outlives its worker by more
+//     than the period, whatever the job holds open.
 //
 // For each command it:
 //   - starts the command in its own process group with a clean environment;
 //   - streams the first half of the output cap live and keeps the last half
-//     as a tail, counting every byte;
+//     as a tail, sent after the command in bounded chunks, counting every
+//     byte;
 //   - kills every process in the container (kill(-1, SIGKILL), which spares
 //     only PID 1) on timeout, on an output flood, or when the pids cgroup
 //     refuses a fork;
@@ -16,10 +32,6 @@
 //   - reads the memory and pids cgroup counters before and after, so OOM
 //     kills and pids exhaustion are reported from the kernel's own counters;
 //   - reaps every zombie (it is the container's init).
-//
-// When stdin reaches EOF (the worker went away), also in the middle of a
-// command, or SIGTERM arrives, it kills every process and exits, so the
-// container ends even if its owner crashed.
 package main
 
 import (
@@ -34,84 +46,177 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/paddockhq/paddock/sandbox/initproto"
 )
 
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 type initProc struct {
-	out   *os.File
+	out   *os.File // the control connection
 	outMu sync.Mutex
 
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
+
+	lastHeard atomic.Int64 // unix nanoseconds of the worker's last frame
 }
 
 func main() {
-	p := &initProc{out: os.Stdout, waiters: map[int]chan syscall.WaitStatus{}}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// First, before anything of the job can exist: out of its reach.
+	sigs := protect()
+	watchdog := 5 * time.Second
+	for _, a := range os.Args[1:] {
+		if v, ok := strings.CutPrefix(a, initproto.WatchdogFlag); ok {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+				watchdog = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	p := &initProc{waiters: map[int]chan syscall.WaitStatus{}}
 	go func() {
 		for s := range sigs {
 			if s == syscall.SIGCHLD {
 				p.reap()
-				continue
-			}
-			killAll()
-			os.Exit(143)
+			} // every other signal sent to init is dropped
 		}
 	}()
 	reserveThreads(8)
-	p.prewarm()
-	hello, _ := json.Marshal(initproto.Hello{Version: initproto.Version, PID: os.Getpid(), UID: os.Getuid()})
-	p.send(initproto.TypeHello, hello)
+	hello := initproto.Hello{Version: initproto.Version, PID: os.Getpid(), UID: os.Getuid()}
+	hello.Bash, hello.Sh = p.prewarm()
 
-	// stdin is read while commands run, not only between them: when the
-	// worker goes away (kill -9, lost host) its end of the attach stream
-	// closes and init ends everything at once, even in the middle of a
-	// command, so an orphaned job never keeps running next to its re-run.
-	type frame struct {
-		typ     byte
-		payload []byte
+	conn, err := dialControl()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "paddock-init: control socket: %v\n", err)
+		os.Exit(3)
 	}
+	p.out = conn
+	p.lastHeard.Store(time.Now().UnixNano())
+	b, _ := json.Marshal(hello)
+	p.send(initproto.TypeHello, b)
+
+	// The attached stdin carries nothing; its EOF means the worker's end
+	// of the attach stream closed (worker gone, container being removed).
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		die(0)
+	}()
+	// The watchdog: the worker sends a heartbeat every second; silence for
+	// the whole period means it is hung or cut off, and the box must not
+	// go on without it.
+	go func() {
+		t := time.NewTicker(min(watchdog/4, 250*time.Millisecond))
+		defer t.Stop()
+		for range t.C {
+			if time.Since(time.Unix(0, p.lastHeard.Load())) > watchdog {
+				fmt.Fprintf(os.Stderr, "paddock-init: worker silent for %s: ending the box\n", watchdog)
+				die(4)
+			}
+		}
+	}()
+
+	// Frames are read while commands run, not only between them: EOF (the
+	// worker went away) ends everything at once, even mid-command.
 	frames := make(chan frame)
 	go func() {
-		in := bufio.NewReaderSize(os.Stdin, 64<<10)
+		in := bufio.NewReaderSize(conn, 64<<10)
 		for {
-			typ, payload, err := initproto.ReadFrame(in)
+			typ, payload, err := initproto.ReadFrame(in, initproto.MaxPayload)
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
 					fmt.Fprintf(os.Stderr, "paddock-init: %v\n", err)
 				}
-				killAll()
-				os.Exit(0)
+				die(0)
+			}
+			p.lastHeard.Store(time.Now().UnixNano())
+			if typ == initproto.TypeHeartbeat {
+				continue
 			}
 			frames <- frame{typ, payload}
 		}
 	}()
 	for f := range frames {
-		typ, payload := f.typ, f.payload
-		switch typ {
+		switch f.typ {
 		case initproto.TypeRun:
 			var req initproto.Request
-			if err := json.Unmarshal(payload, &req); err != nil {
+			if err := json.Unmarshal(f.payload, &req); err != nil {
 				fmt.Fprintf(os.Stderr, "paddock-init: bad request: %v\n", err)
-				killAll()
-				os.Exit(2)
+				die(2)
 			}
-			exit := p.run(req)
+			exit, tails := p.run(req)
+			for i, typ := range []byte{initproto.TypeTailOut, initproto.TypeTailErr} {
+				for t := tails[i]; len(t) > 0; {
+					n := min(len(t), initproto.ChunkSize)
+					p.send(typ, t[:n])
+					t = t[n:]
+				}
+			}
 			b, _ := json.Marshal(exit)
 			p.send(initproto.TypeExit, b)
 		case initproto.TypeProbe:
 			b, _ := json.Marshal(probe())
 			p.send(initproto.TypeFacts, b)
 		default:
-			fmt.Fprintf(os.Stderr, "paddock-init: unknown frame %q\n", typ)
-			killAll()
-			os.Exit(2)
+			fmt.Fprintf(os.Stderr, "paddock-init: unknown frame %q\n", f.typ)
+			die(2)
 		}
 	}
+}
+
+type frame struct {
+	typ     byte
+	payload []byte
+}
+
+// protect makes init non-dumpable and deaf to signals: it catches every
+// signal and drops all but SIGCHLD (the kernel never delivers SIGKILL or
+// SIGSTOP to a namespace's init from inside). Caught, not ignored: an
+// ignored disposition would be inherited by the job's processes across
+// exec, a caught one is reset to the default. Synchronous faults still
+// reach the Go runtime: only sent signals are dropped.
+func protect() chan os.Signal {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); e != 0 {
+		fmt.Fprintf(os.Stderr, "paddock-init: prctl(PR_SET_DUMPABLE, 0): %v\n", e)
+		os.Exit(3)
+	}
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	return sigs
+}
+
+// dialControl connects to the worker's socket; the fd is non-blocking so
+// reads and writes wait in the runtime's poller, not on a thread.
+func dialControl() (*os.File, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	sa := &syscall.SockaddrUnix{Name: initproto.CtlSocket}
+	for i := 0; ; i++ {
+		err = syscall.Connect(fd, sa)
+		if err == nil || i == 100 || (err != syscall.ENOENT && err != syscall.ECONNREFUSED && err != syscall.EINTR) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("connect %s: %w", initproto.CtlSocket, err)
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "control"), nil
+}
+
+// die kills every process of the box and exits.
+func die(code int) {
+	killAll()
+	os.Exit(code)
 }
 
 func (p *initProc) send(typ byte, payload []byte) {
@@ -119,8 +224,7 @@ func (p *initProc) send(typ byte, payload []byte) {
 	defer p.outMu.Unlock()
 	if err := initproto.WriteFrame(p.out, typ, payload); err != nil {
 		// The worker is gone: nothing can be reported any more.
-		killAll()
-		os.Exit(0)
+		die(0)
 	}
 }
 
@@ -144,34 +248,36 @@ func (p *initProc) reap() {
 }
 
 type stream struct {
-	typ      byte
 	headLeft int64
+	typ      byte
 	tail     *initproto.Tail
 	total    int64
 }
 
-func (p *initProc) run(req initproto.Request) initproto.Exit {
+// run runs one command and returns how it ended and the kept tails.
+func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 	start := time.Now()
 	exit := initproto.Exit{ID: req.ID, ExitCode: -1}
+	var tails [2][]byte
 	oom0, pids0 := cgroupCounters()
 
 	path, err := lookPath(req.Argv, req.Env)
 	if err != nil {
 		exit.ExitCode, exit.StartErr = 127, err.Error()
 		exit.DurationNS = int64(time.Since(start))
-		return exit
+		return exit, tails
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		exit.ExitCode, exit.StartErr = 126, err.Error()
-		return exit
+		return exit, tails
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
 		exit.ExitCode, exit.StartErr = 126, err.Error()
-		return exit
+		return exit, tails
 	}
 	devnull, _ := os.Open(os.DevNull)
 	dir := req.Dir
@@ -204,10 +310,13 @@ func (p *initProc) run(req initproto.Request) initproto.Exit {
 			exit.ExitCode = 127
 		}
 		exit.DurationNS = int64(time.Since(start))
-		return exit
+		return exit, tails
 	}
 	pid := proc.Pid
 	_ = proc.Release()
+	// The OOM killer should take the job's processes before init; raising
+	// a score needs no privilege, and children inherit it.
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 	p.reap() // in case SIGCHLD fired before the waiter existed
 
 	capHalf := req.OutputCap / 2
@@ -218,8 +327,7 @@ func (p *initProc) run(req initproto.Request) initproto.Exit {
 	var (
 		killOnce  sync.Once
 		killed    = make(chan string, 1)
-		totalMu   sync.Mutex
-		totalOut  int64
+		totalOut  atomic.Int64
 		pumpsDone sync.WaitGroup
 	)
 	kill := func(why string) {
@@ -231,8 +339,7 @@ func (p *initProc) run(req initproto.Request) initproto.Exit {
 	}
 	pump := func(r *os.File, s *stream) {
 		defer pumpsDone.Done()
-		defer r.Close()
-		buf := make([]byte, 32<<10)
+		buf := make([]byte, initproto.ChunkSize)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
@@ -247,11 +354,7 @@ func (p *initProc) run(req initproto.Request) initproto.Exit {
 				if len(chunk) > 0 {
 					_, _ = s.tail.Write(chunk)
 				}
-				totalMu.Lock()
-				totalOut += int64(n)
-				over := req.OutputKill > 0 && totalOut > req.OutputKill
-				totalMu.Unlock()
-				if over {
+				if t := totalOut.Add(int64(n)); req.OutputKill > 0 && t > req.OutputKill {
 					kill("output")
 				}
 			}
@@ -290,7 +393,19 @@ wait:
 	// The main process is gone; kill what it left behind so every pipe
 	// closes and nothing survives into the next command.
 	exit.Leftover = killLeftovers()
-	pumpsDone.Wait()
+	// Every writer is dead, so the pumps reach EOF; if a process the
+	// kernel cannot kill yet still holds a pipe, stop reading anyway.
+	pumped := make(chan struct{})
+	go func() { pumpsDone.Wait(); close(pumped) }()
+	select {
+	case <-pumped:
+	case <-time.After(2 * time.Second):
+		outR.Close()
+		errR.Close()
+		<-pumped
+	}
+	outR.Close()
+	errR.Close()
 
 	select {
 	case why := <-killed:
@@ -313,9 +428,9 @@ wait:
 	oom1, pids1 := cgroupCounters()
 	exit.OOMKills, exit.PidsMax = max(oom1-oom0, 0), max(pids1-pids0, 0)
 	exit.StdoutBytes, exit.StderrBytes = streams[0].total, streams[1].total
-	exit.StdoutTail, exit.StderrTail = streams[0].tail.Bytes(), streams[1].tail.Bytes()
+	tails[0], tails[1] = streams[0].tail.Bytes(), streams[1].tail.Bytes()
 	exit.DurationNS = int64(time.Since(start))
-	return exit
+	return exit, tails
 }
 
 // killAll sends SIGKILL to every process init may signal but itself.
@@ -363,7 +478,7 @@ func lookPath(argv, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	path := defaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
@@ -425,92 +540,28 @@ func (c *counterFile) readKey(key string) int64 {
 	return -1
 }
 
-// readKey returns the value of "key N" in a cgroup flat-keyed file, -1 if absent.
-func readKey(path, key string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return -1
-}
-
-func readInt(paths ...string) int64 {
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
+// prewarm runs the image's shells once before init says hello, so the first
+// real command does not pay for the first fork/exec of this process and the
+// first lookups in this container's fresh overlay mount, and returns the
+// paths of bash and sh that ran. In a pooled container this happens off the
+// critical path.
+func (p *initProc) prewarm() (bash, sh string) {
+	env := []string{"PATH=" + defaultPath}
+	for _, name := range []string{"sh", "bash"} {
+		path, err := lookPath([]string{name}, env)
 		if err != nil {
 			continue
 		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" {
-			return -1
+		if x, _ := p.run(initproto.Request{Argv: []string{path, "-c", ":"}, Env: env, Dir: "/", TimeoutMS: 5000}); x.ExitCode != 0 {
+			continue
 		}
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return n
-		}
-	}
-	return -1
-}
-
-func probe() initproto.Facts {
-	f := initproto.Facts{UID: os.Getuid(), Env: os.Environ()}
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			switch k {
-			case "NoNewPrivs":
-				f.NoNewPrivs = v
-			case "CapEff":
-				f.CapEff = v
-			case "Seccomp":
-				f.Seccomp = v
-			}
+		if name == "bash" {
+			bash = path
+		} else {
+			sh = path
 		}
 	}
-	f.RootWritable = canCreate("/.paddock-probe")
-	f.TmpWritable = canCreate("/tmp/.paddock-probe")
-	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-		for _, e := range ents {
-			f.Interfaces = append(f.Interfaces, e.Name())
-		}
-	}
-	f.MemoryLimit = readInt("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max")
-	f.PidsLimit = readInt("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
-	_, err := os.Stat("/sys/fs/cgroup/pids/pids.events")
-	_, err2 := os.Stat("/sys/fs/cgroup/pids.events")
-	f.CgroupReadable = err == nil || err2 == nil
-	return f
-}
-
-func canCreate(path string) bool {
-	fd, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return false
-	}
-	fd.Close()
-	os.Remove(path)
-	return true
-}
-
-// prewarm runs the image's shells once before init says hello, so the first
-// real command does not pay for the first fork/exec of this process and the
-// first lookups in this container's fresh overlay mount. In a pooled
-// container this happens off the critical path.
-func (p *initProc) prewarm() {
-	for _, sh := range []string{"sh", "bash"} {
-		p.run(initproto.Request{Argv: []string{sh, "-c", ":"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			Dir: "/", TimeoutMS: 5000})
-	}
+	return bash, sh
 }
 
 // reserveThreads makes the Go runtime start n OS threads now, while the

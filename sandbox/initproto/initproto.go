@@ -3,8 +3,16 @@
 // stays small and static.
 //
 // A frame is one type byte, a 4-byte big-endian payload length, and the
-// payload. The worker writes frames to the container's attached stdin; the
-// init writes frames to its stdout. Nothing else is written to stdout.
+// payload. Frames travel over a private unix socket: the worker listens on
+// a socket in a per-box directory that is bind-mounted read-only into the
+// container at CtlDir, init connects once before any job command runs, and
+// the worker accepts that one connection and unlinks the socket. The job's
+// processes can neither open that connection nor reach init's descriptors
+// (init is not dumpable), so every frame the worker reads is init's.
+//
+// Every frame init sends is at most ChunkSize bytes of payload, whatever the
+// output caps: a command's kept tails travel as TypeTail* chunks before its
+// small TypeExit frame.
 package initproto
 
 import (
@@ -17,21 +25,41 @@ import (
 // Frame types.
 const (
 	// worker → init
-	TypeRun   byte = 'C' // payload: JSON Request
-	TypeProbe byte = 'P' // payload: empty; init answers TypeFacts
+	TypeRun       byte = 'C' // payload: JSON Request
+	TypeProbe     byte = 'P' // payload: empty; init answers TypeFacts
+	TypeHeartbeat byte = 'B' // payload: empty; init's watchdog resets
 	// init → worker
-	TypeHello  byte = 'H' // payload: JSON Hello, sent once at start
-	TypeStdout byte = 'O' // payload: output bytes of the running command
-	TypeStderr byte = 'E'
-	TypeExit   byte = 'X' // payload: JSON Exit
-	TypeFacts  byte = 'F' // payload: JSON Facts
+	TypeHello   byte = 'H' // payload: JSON Hello, sent once at start
+	TypeStdout  byte = 'O' // payload: live head bytes of the running command
+	TypeStderr  byte = 'E'
+	TypeTailOut byte = 'o' // payload: a chunk of the kept stdout tail, sent after the command ended
+	TypeTailErr byte = 'e'
+	TypeExit    byte = 'X' // payload: JSON Exit (small: no output in it)
+	TypeFacts   byte = 'F' // payload: JSON Facts
 )
 
-// MaxPayload bounds one frame; a larger length is a protocol error.
+// MaxPayload bounds one worker → init frame (a request carries the
+// command and its environment); a larger length is a protocol error.
 const MaxPayload = 4 << 20
 
+// ChunkSize bounds the output payload of one init → worker frame; MaxReply
+// bounds any init → worker frame, so the worker reads with a limit that no
+// output cap can change.
+const (
+	ChunkSize = 32 << 10
+	MaxReply  = 64 << 10
+)
+
 // Version of the protocol spoken by this package.
-const Version = 1
+const Version = 2
+
+// In the container: the control directory, the socket in it, and the
+// flag that passes the watchdog period to init.
+const (
+	CtlDir       = "/.paddock/ctl"
+	CtlSocket    = CtlDir + "/init.sock"
+	WatchdogFlag = "--watchdog-ms="
+)
 
 // ErrProtocol marks a malformed frame stream.
 var ErrProtocol = errors.New("initproto: protocol error")
@@ -44,7 +72,8 @@ type Request struct {
 	Dir       string   `json:"dir,omitempty"`
 	TimeoutMS int64    `json:"timeout_ms"`
 	// OutputCap is the number of bytes kept per stream: the first half is
-	// streamed live, the last half is held as a tail and sent in Exit.
+	// streamed live, the last half is held as a tail and sent after the
+	// command ends, in chunks.
 	OutputCap int64 `json:"output_cap"`
 	// OutputKill is the total output (both streams) after which every
 	// process of the command is killed.
@@ -56,9 +85,14 @@ type Hello struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
 	UID     int `json:"uid"`
+	// Shells are the absolute paths of the image's bash and sh, found at
+	// start, before any job ran (so nothing a job does can change them).
+	Bash string `json:"bash,omitempty"`
+	Sh   string `json:"sh,omitempty"`
 }
 
-// Exit reports how a command ended.
+// Exit reports how a command ended. Its size does not depend on the output:
+// the tails are sent before it as TypeTailOut/TypeTailErr chunks.
 type Exit struct {
 	ID       int  `json:"id"`
 	ExitCode int  `json:"exit_code"` // -1 when killed by a signal
@@ -69,13 +103,11 @@ type Exit struct {
 	// PidsKilled: the pids cgroup refused a fork and init killed the command.
 	PidsKilled bool `json:"pids_killed,omitempty"`
 	// OOMKills and PidsMax are the cgroup counter deltas over the command.
-	OOMKills    int64  `json:"oom_kills,omitempty"`
-	PidsMax     int64  `json:"pids_max,omitempty"`
-	StdoutBytes int64  `json:"stdout_bytes"`
-	StderrBytes int64  `json:"stderr_bytes"`
-	StdoutTail  []byte `json:"stdout_tail,omitempty"`
-	StderrTail  []byte `json:"stderr_tail,omitempty"`
-	DurationNS  int64  `json:"duration_ns"`
+	OOMKills    int64 `json:"oom_kills,omitempty"`
+	PidsMax     int64 `json:"pids_max,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	DurationNS  int64 `json:"duration_ns"`
 	// StartErr is set when the command could not be started at all.
 	StartErr string `json:"start_err,omitempty"`
 	// Leftover counts processes still alive after the command's main
@@ -84,22 +116,40 @@ type Exit struct {
 }
 
 // Facts are what init observes about its own sandbox, for the worker's
-// start-up self-test.
+// start-up self-test. -1 means unknown or unlimited.
 type Facts struct {
-	UID            int      `json:"uid"`
-	NoNewPrivs     string   `json:"no_new_privs"`
-	CapEff         string   `json:"cap_eff"`
-	Seccomp        string   `json:"seccomp"`
-	RootWritable   bool     `json:"root_writable"`
-	TmpWritable    bool     `json:"tmp_writable"`
-	Interfaces     []string `json:"interfaces"`
-	MemoryLimit    int64    `json:"memory_limit"` // bytes, -1 unknown
-	PidsLimit      int64    `json:"pids_limit"`   // -1 unknown or max
-	CgroupReadable bool     `json:"cgroup_readable"`
-	Env            []string `json:"env"`
+	UID          int      `json:"uid"`
+	NoNewPrivs   string   `json:"no_new_privs"`
+	CapEff       string   `json:"cap_eff"`
+	Seccomp      string   `json:"seccomp"`
+	Dumpable     int      `json:"dumpable"` // init's own PR_GET_DUMPABLE
+	RootWritable bool     `json:"root_writable"`
+	TmpWritable  bool     `json:"tmp_writable"`
+	TmpBytes     int64    `json:"tmp_bytes"` // size of the /tmp tmpfs
+	Interfaces   []string `json:"interfaces"`
+	MemoryLimit  int64    `json:"memory_limit"` // bytes
+	// MemSwapLimit is memory+swap (cgroup v1 memsw) or swap alone (v2
+	// swap.max, reported as MemoryLimit+swap); -2 when the kernel does not
+	// account swap. Swappiness is the cgroup's memory.swappiness (-1 v2).
+	MemSwapLimit int64 `json:"memswap_limit"`
+	Swappiness   int64 `json:"swappiness"`
+	// HostSwap is the swap space the kernel offers in all (/proc/swaps).
+	HostSwap  int64 `json:"host_swap"`
+	PidsLimit int64 `json:"pids_limit"`
+	// CPUQuota and CPUPeriod are the CFS bandwidth limit in µs.
+	CPUQuota  int64 `json:"cpu_quota"`
+	CPUPeriod int64 `json:"cpu_period"`
+	NoFile    int64 `json:"nofile"` // RLIMIT_NOFILE (soft)
+	Fsize     int64 `json:"fsize"`  // RLIMIT_FSIZE (soft), bytes
+	// OOMReadable and PidsReadable: the cgroup counters init reads to
+	// detect OOM kills and refused forks are there.
+	OOMReadable  bool     `json:"oom_readable"`
+	PidsReadable bool     `json:"pids_readable"`
+	Env          []string `json:"env"`
 }
 
-// WriteFrame writes one frame. Callers serialise concurrent writers.
+// WriteFrame writes one frame of at most MaxPayload bytes. Callers
+// serialise concurrent writers.
 func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 	if len(payload) > MaxPayload {
 		return fmt.Errorf("%w: payload %d > %d", ErrProtocol, len(payload), MaxPayload)
@@ -111,22 +161,22 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 		_, err := w.Write(hdr[:])
 		return err
 	}
-	// One write for small frames keeps a frame contiguous on the pipe.
+	// One write keeps a frame contiguous.
 	buf := make([]byte, 0, len(hdr)+len(payload))
 	buf = append(append(buf, hdr[:]...), payload...)
 	_, err := w.Write(buf)
 	return err
 }
 
-// ReadFrame reads one frame into a new buffer.
-func ReadFrame(r io.Reader) (byte, []byte, error) {
+// ReadFrame reads one frame of at most max payload bytes into a new buffer.
+func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > MaxPayload {
-		return 0, nil, fmt.Errorf("%w: frame length %d > %d", ErrProtocol, n, MaxPayload)
+	if int64(n) > int64(max) {
+		return 0, nil, fmt.Errorf("%w: frame %q length %d > %d", ErrProtocol, hdr[0], n, max)
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(r, p); err != nil {

@@ -14,23 +14,23 @@ func TestFrameRoundTrip(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, WriteFrame(&b, TypeStdout, []byte("hello")))
 	require.NoError(t, WriteFrame(&b, TypeProbe, nil))
-	typ, p, err := ReadFrame(&b)
+	typ, p, err := ReadFrame(&b, MaxPayload)
 	require.NoError(t, err)
 	assert.Equal(t, TypeStdout, typ)
 	assert.Equal(t, "hello", string(p))
-	typ, p, err = ReadFrame(&b)
+	typ, p, err = ReadFrame(&b, MaxPayload)
 	require.NoError(t, err)
 	assert.Equal(t, TypeProbe, typ)
 	assert.Empty(t, p)
-	_, _, err = ReadFrame(&b)
+	_, _, err = ReadFrame(&b, MaxPayload)
 	assert.ErrorIs(t, err, io.EOF)
 }
 
 func TestFrameRejectsOversize(t *testing.T) {
 	assert.ErrorIs(t, WriteFrame(io.Discard, TypeStdout, make([]byte, MaxPayload+1)), ErrProtocol)
-	_, _, err := ReadFrame(bytes.NewReader([]byte{'O', 0xff, 0xff, 0xff, 0xff}))
+	_, _, err := ReadFrame(bytes.NewReader([]byte{'O', 0xff, 0xff, 0xff, 0xff}), MaxPayload)
 	assert.ErrorIs(t, err, ErrProtocol)
-	_, _, err = ReadFrame(bytes.NewReader([]byte{'O', 0, 0, 0, 9, 'a'}))
+	_, _, err = ReadFrame(bytes.NewReader([]byte{'O', 0, 0, 0, 9, 'a'}), MaxPayload)
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
@@ -58,7 +58,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
 		for {
-			if _, _, err := ReadFrame(r); err != nil {
+			if _, _, err := ReadFrame(r, MaxReply); err != nil {
 				return
 			}
 		}

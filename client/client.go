@@ -30,6 +30,8 @@ var (
 	ErrNotFinished = errors.New("client: job not finished (or unknown)")
 	// ErrNoStream is matched (errors.Is) by a *NoStreamError.
 	ErrNoStream = errors.New("client: no Paddock stream")
+	// ErrStreamFull is matched (errors.Is) by a *StreamFullError.
+	ErrStreamFull = errors.New("client: Paddock stream full")
 )
 
 // NoStreamError reports a missing JetStream stream: no scheduler ever ran
@@ -47,6 +49,29 @@ func (e *NoStreamError) Error() string {
 func (e *NoStreamError) Is(target error) bool { return target == ErrNoStream }
 
 func (e *NoStreamError) Unwrap() error { return e.Err }
+
+// StreamFullError reports a submission JetStream refused because
+// job.StreamJobs reached its size limit (results.StreamConfig.JobsMaxBytes;
+// the stream refuses new submissions rather than drop accepted ones) or the
+// NATS server ran out of JetStream storage. Nothing was stored: submitting
+// the same spec again later is safe.
+type StreamFullError struct {
+	Stream string
+	ID     string // the job id
+	Err    error  // what NATS answered
+}
+
+func (e *StreamFullError) Error() string {
+	return fmt.Sprintf("client: submit %s: stream %s is full (%v): the job was not submitted; "+
+		"retry once the schedulers have caught up with the backlog, or have the operator raise "+
+		"--jobs-max-bytes (results.StreamConfig.JobsMaxBytes) or the NATS server's JetStream storage (max_file_store)",
+		e.ID, e.Stream, e.Err)
+}
+
+// Is makes errors.Is(err, ErrStreamFull) true.
+func (e *StreamFullError) Is(target error) bool { return target == ErrStreamFull }
+
+func (e *StreamFullError) Unwrap() error { return e.Err }
 
 // TracerName is the instrumentation name of the default tracer.
 const TracerName = "github.com/paddockhq/paddock/client"
@@ -143,10 +168,11 @@ type Submission struct {
 // in the id (NewID) when empty, the version, and SubmittedAt when zero. A
 // spec failing the client-side checks (id format, command present and at
 // most job.MaxCommandBytes, document at most job.MaxSpecBytes) returns an
-// error wrapping job.ErrInvalid and publishes nothing; the scheduler does
-// the full validation against the operator's caps and records a `rejected`
-// result for what it refuses. opts (options.go) add scheduling options
-// such as NotBefore.
+// error wrapping job.ErrInvalid and publishes nothing. A full
+// job.StreamJobs returns a *StreamFullError (errors.Is ErrStreamFull) and
+// stores nothing. The scheduler does the full validation against the
+// operator's caps and records a `rejected` result for what it refuses. opts
+// (options.go) add scheduling options such as NotBefore.
 func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption) (Submission, error) {
 	msg, spec, err := c.prepare(spec)
 	if err != nil {
@@ -341,12 +367,46 @@ func endSpan(span trace.Span, err error) {
 }
 
 // publishErr names the job and turns "nobody stores this subject" into a
-// *NoStreamError.
+// *NoStreamError and "no room" into a *StreamFullError.
 func publishErr(id string, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		return &NoStreamError{Stream: job.StreamJobs, Err: err}
 	}
+	if streamFull(err) {
+		return &StreamFullError{Stream: job.StreamJobs, ID: id, Err: err}
+	}
 	return fmt.Errorf("client: submit %s: %w", id, err)
+}
+
+// JetStream API error codes of a refused publish (nats-server
+// jetstream_errors_generated.go); results.IsStreamFull is the same test on
+// the fleet side.
+const (
+	// JSStreamStoreFailedF: the store's reason is the description,
+	// "maximum bytes exceeded" (or "maximum messages exceeded") when a
+	// DiscardNew stream is full.
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+	// JSInsufficientResourcesErr and JSStorageResourcesExceededErr: the
+	// server's or account's JetStream storage is used up.
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeStorageExceeded       jetstream.ErrorCode = 10047
+)
+
+// streamFull reports whether err is JetStream refusing a publish for lack
+// of room.
+func streamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeStoreFailed:
+		d := strings.ToLower(apiErr.Description)
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	case errCodeInsufficientResources, errCodeStorageExceeded:
+		return true
+	}
+	return false
 }
 
 func (c *Client) propagator() propagation.TextMapPropagator {

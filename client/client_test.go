@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -454,4 +455,127 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	s := newSetup(t, false, client.Config{})
 	_, err = client.New(s.nc, client.Config{BatchWindow: -1})
 	require.ErrorIs(t, err, client.ErrConfig)
+}
+
+// newStore starts a redis-server and returns a results.Store recording on
+// s's NATS, as the fleet does.
+func (s *setup) newStore() *results.Store {
+	s.t.Helper()
+	r := testsvc.StartRedis(s.t)
+	rdb := r.Client()
+	s.t.Cleanup(func() { rdb.Close() })
+	return results.NewStore(rdb, s.js, results.StoreConfig{})
+}
+
+// Valid ids whose subject must be escaped (an empty '.'-separated token is
+// not a valid subject: "a." is published on paddock.results.a~) and usual
+// ids next to them, through Get, Wait and WaitAll, before and after the
+// result exists.
+func TestReadsEscapedIDs(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, true, client.Config{})
+	store := s.newStore()
+	ids := []string{"a.", ".a", ".", "..", "a..b", "a...", ".a.", "a.b", "a", "x-_.y", "-", "_", "A-z_0.9", strings.Repeat(".", 128)}
+	for _, id := range ids {
+		require.True(t, job.ValidID(id), id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for _, id := range ids {
+		_, err := s.client.Get(ctx, id)
+		require.ErrorIs(t, err, client.ErrNotFinished, id)
+	}
+
+	// Before: waiting starts before any result exists.
+	type outcome struct {
+		rs  []job.Result
+		err error
+	}
+	all := make(chan outcome, 1)
+	go func() {
+		rs, err := s.client.WaitAll(ctx, ids, nil)
+		all <- outcome{rs, err}
+	}()
+	one := make(chan outcome, 1)
+	go func() {
+		r, err := s.client.Wait(ctx, "a.")
+		one <- outcome{[]job.Result{r}, err}
+	}()
+	require.Eventually(t, func() bool { return s.watchers() == 2 }, wait, time.Millisecond, "both are watching")
+	want := map[string]job.Result{}
+	for _, id := range ids {
+		r := job.Result{ID: id, Worker: "w"}
+		r.Finish(job.ReasonOK)
+		stored, first, err := store.Record(ctx, r)
+		require.NoError(t, err)
+		require.True(t, first)
+		want[id] = stored
+	}
+	o := <-all
+	require.NoError(t, o.err)
+	for i, id := range ids {
+		assert.Equal(t, want[id], o.rs[i], "WaitAll before: %q", id)
+	}
+	o = <-one
+	require.NoError(t, o.err)
+	assert.Equal(t, want["a."], o.rs[0], "Wait before")
+
+	// After: the results exist.
+	for _, id := range ids {
+		got, err := s.client.Get(ctx, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, want[id], got, "Get: %q", id)
+		got, err = s.client.Wait(ctx, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, want[id], got, "Wait after: %q", id)
+	}
+	rs, err := s.client.WaitAll(ctx, ids, nil)
+	require.NoError(t, err)
+	for i, id := range ids {
+		assert.Equal(t, want[id], rs[i], "WaitAll after: %q", id)
+	}
+}
+
+// A full PADDOCK_JOBS refuses submissions with a typed error that says what
+// to do, keeps what it accepted, and takes the same spec once it has room.
+func TestSubmitStreamFull(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, true, client.Config{})
+	ctx := context.Background()
+	require.NoError(t, results.EnsureStreams(ctx, s.js, results.StreamConfig{JobsMaxBytes: 4 << 10}))
+	spec := func(i int) job.Spec {
+		return job.Spec{ID: fmt.Sprintf("full-%d", i), Command: "echo " + strings.Repeat("x", 1000)}
+	}
+	accepted := 0
+	var err error
+	for i := range 10 {
+		if _, err = s.client.Submit(ctx, spec(i)); err != nil {
+			break
+		}
+		accepted++
+	}
+	require.ErrorIs(t, err, client.ErrStreamFull)
+	var full *client.StreamFullError
+	require.ErrorAs(t, err, &full)
+	assert.Equal(t, job.StreamJobs, full.Stream)
+	assert.Equal(t, fmt.Sprintf("full-%d", accepted), full.ID)
+	assert.Contains(t, err.Error(), "stream PADDOCK_JOBS is full")
+	assert.Contains(t, err.Error(), "maximum bytes exceeded", "NATS's reason is kept")
+	assert.Contains(t, err.Error(), "--jobs-max-bytes", "the error says what to do")
+	assert.False(t, errors.Is(err, client.ErrNoStream))
+	require.Positive(t, accepted)
+	st, err := s.js.Stream(ctx, job.StreamJobs)
+	require.NoError(t, err)
+	assert.EqualValues(t, accepted, st.CachedInfo().State.Msgs, "nothing accepted was dropped")
+
+	subs, err := s.client.SubmitBatch(ctx, []job.Spec{spec(100), spec(101)}, nil)
+	require.ErrorIs(t, err, client.ErrStreamFull)
+	for _, sub := range subs {
+		assert.ErrorIs(t, sub.Err, client.ErrStreamFull, sub.ID)
+	}
+
+	require.NoError(t, results.EnsureStreams(ctx, s.js, results.StreamConfig{}), "the operator raises the limit")
+	sub, err := s.client.Submit(ctx, spec(accepted))
+	require.NoError(t, err, "the refused spec can be submitted again")
+	assert.False(t, sub.Duplicate, "the refused submission was not stored")
 }

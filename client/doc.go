@@ -11,6 +11,8 @@
 // none) that is also its Nats-Msg-Id, so submitting the same spec again, or
 // retrying after an unconfirmed publish, runs it once. Submit returns once
 // JetStream has stored the submission: it survives a scheduler restart.
+// When the fleet's backlog has filled job.StreamJobs, Submit returns an
+// error matching ErrStreamFull and stores nothing.
 //
 // Wait and WaitAll return a job's terminal result whether it finished before
 // or after the call; they read the last result per job with ordered

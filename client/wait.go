@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -130,7 +129,12 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, progress func(done, 
 	for done < len(ids) {
 		select {
 		case m := <-msgs:
-			id := strings.TrimPrefix(m.Subject(), job.SubjectResultPrefix)
+			// Subjects escape some ids ("a." is paddock.results.a~): map
+			// back with the inverse of job.ResultSubject.
+			id, ok := job.IDFromResultSubject(m.Subject())
+			if !ok {
+				continue // not a result subject (cannot happen with our filters)
+			}
 			at, ok := pending[id]
 			if !ok {
 				continue // a republished copy of a result already taken

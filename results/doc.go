@@ -10,7 +10,16 @@
 // "result-<id>"), so calling Record again after a crash between the Redis
 // write and the publish repairs the missing publish.
 //
-// EnsureStreams creates or updates the two JetStream streams Paddock uses.
+// A result is bounded before it is stored (fit.go, the one trimming rule):
+// its JSON encoding, escaping included, is at most StoreConfig.MaxResultBytes
+// (1 MiB by default, and never more than one NATS message carries), the
+// middle of its outputs cut when it is larger. NATS carries exactly the bytes
+// Redis holds.
+//
+// EnsureStreams creates or updates the two JetStream streams Paddock uses,
+// each with a size limit (StreamConfig.JobsMaxBytes, ResultsMaxBytes): a full
+// PADDOCK_JOBS refuses new submissions, a full PADDOCK_RESULTS drops its
+// oldest results. IsStreamFull recognizes a publish refused for lack of room.
 // The Store also keeps the small per-job counters and flags the scheduler
 // and worker share: run counts (BeginRun), the cancel flag (Cancel,
 // Canceled) and the id claim that stops two different submissions with the

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/telemetry"
 )
 
 var (
@@ -29,9 +30,19 @@ var (
 	ErrNotPublished = errors.New("results: stored but not published")
 )
 
-// HeaderTrimmed is set ("1") on a published result whose outputs were cut to
-// fit the NATS max_payload; Store.Get returns the whole result.
+// HeaderTrimmed is set ("1") on a published result that is shorter than the
+// one Redis holds: its outputs were cut further to fit the NATS max_payload.
+// Record stores results already bounded to fit it (StoreConfig.MaxResultBytes),
+// so this happens only for a result stored larger (by an older version, or
+// before the server's max_payload was lowered); Store.Get returns the stored
+// one.
 const HeaderTrimmed = "Paddock-Result-Trimmed"
+
+// Bounds of StoreConfig.MaxResultBytes.
+const (
+	DefaultMaxResultBytes = 1 << 20
+	MinResultBytes        = 16 << 10
+)
 
 // StoreConfig configures a Store. A zero field takes its default.
 type StoreConfig struct {
@@ -40,10 +51,23 @@ type StoreConfig struct {
 	Retention time.Duration
 	// KeyPrefix of every Redis key. Default "paddock:".
 	KeyPrefix string
+	// MaxResultBytes bounds a result's JSON encoding (as json.Marshal writes
+	// it, escaping included) in Redis and, being the same bytes, on NATS: a
+	// larger result has the middle of its outputs cut, proportionally, and is
+	// marked (Output.Truncated, OmittedBytes). Default 1 MiB
+	// (DefaultMaxResultBytes); a smaller value is raised to MinResultBytes.
+	// The bound actually applied is lowered to the NATS server's max_payload
+	// minus 4 KiB (room for headers) when that is smaller, so that the
+	// published copy is always the stored one. Size Redis's maxmemory and
+	// StreamConfig.ResultsMaxBytes for a retention's worth of results.
+	MaxResultBytes int
 	// Logger, default slog.Default(); the store logs with component=results.
 	Logger *slog.Logger
 	// Timeout applied to a call whose ctx has no deadline. Default 10s.
 	Timeout time.Duration
+	// Metrics, optional: paddock.stream.full when JetStream refuses a result
+	// because a stream (or its storage) is full.
+	Metrics *telemetry.Metrics
 }
 
 // Store records and reads terminal results (Redis is authoritative, NATS
@@ -61,7 +85,8 @@ var setNXSource string
 var setNXScript = redis.NewScript(setNXSource)
 
 // NewStore returns a Store over rdb (results, counters, flags) and js (the
-// PADDOCK_RESULTS stream). Non-positive durations take their defaults.
+// PADDOCK_RESULTS stream). Non-positive durations and sizes take their
+// defaults.
 func NewStore(rdb redis.UniversalClient, js jetstream.JetStream, cfg StoreConfig) *Store {
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
@@ -75,8 +100,16 @@ func NewStore(rdb redis.UniversalClient, js jetstream.JetStream, cfg StoreConfig
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = DefaultMaxResultBytes
+	}
+	cfg.MaxResultBytes = max(cfg.MaxResultBytes, MinResultBytes)
 	return &Store{rdb: rdb, js: js, cfg: cfg, log: cfg.Logger.With("component", "results")}
 }
+
+// SetMetrics records stream-full errors in m from now on. Call it before
+// the Store is used (the CLI starts telemetry after opening the Store).
+func (s *Store) SetMetrics(m *telemetry.Metrics) { s.cfg.Metrics = m }
 
 func (s *Store) key(kind, id string) string { return s.cfg.KeyPrefix + kind + ":" + id }
 
@@ -90,20 +123,26 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 
 // Record makes r the job's terminal result unless one is already stored:
 // SET <prefix>result:<id> NX PX retention. It returns the stored result
-// (r, completed with V, State and FinishedAt, when first is true; the earlier
-// one, unchanged, when first is false) and then always publishes the stored
-// result on job.ResultSubject(id), so that calling Record again repairs a
-// publish lost in a crash. On a publish failure the error wraps
-// ErrNotPublished and stored/first are still valid.
+// (r, completed with V, State and FinishedAt and bounded to MaxResultBytes,
+// when first is true; the earlier one, unchanged, when first is false) and
+// then always publishes the stored result on job.ResultSubject(id), so that
+// calling Record again repairs a publish lost in a crash. On a publish
+// failure the error wraps ErrNotPublished (and ErrStreamFull when JetStream
+// had no room) and stored/first are still valid.
 func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, first bool, err error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	if err := complete(&r); err != nil {
 		return job.Result{}, false, err
 	}
-	data, err := json.Marshal(r)
+	limit := s.resultLimit()
+	data, trimmed, err := fit(r, limit)
 	if err != nil {
 		return job.Result{}, false, fmt.Errorf("results: encode %s: %w", r.ID, err)
+	}
+	if trimmed {
+		s.log.Warn("result larger than the bound: outputs cut from the middle before storing",
+			"job", r.ID, "bound", limit, "stored_bytes", len(data))
 	}
 	first, raw, err := s.setNX(ctx, s.key("result", r.ID), string(data))
 	if err != nil {
@@ -168,28 +207,45 @@ func (s *Store) publish(ctx context.Context, r job.Result, data []byte) error {
 	msg := nats.NewMsg(job.ResultSubject(r.ID))
 	msg.Data = data
 	if limit := s.payloadLimit(); limit > 0 && len(data) > limit {
-		small, err := fit(r, limit)
+		// Stored larger than Record stores today (see HeaderTrimmed).
+		small, _, err := fit(r, limit)
 		if err != nil {
 			return err
 		}
 		msg.Data = small
 		msg.Header.Set(HeaderTrimmed, "1")
-		s.log.Warn("result too large for NATS max_payload: published with outputs cut; the whole result stays in Redis",
+		s.log.Warn("stored result too large for NATS max_payload: published with outputs cut; Redis keeps the stored one",
 			"job", r.ID, "bytes", len(data), "published_bytes", len(small))
 	}
 	_, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID("result-"+r.ID),
 		jetstream.WithExpectStream(job.StreamResults))
+	if IsStreamFull(err) {
+		s.cfg.Metrics.StreamFull(ctx, job.StreamResults)
+		return fmt.Errorf("%w: %s refused the result (%w): the NATS server's JetStream storage (max_file_store) or the stream's MaxBytes is used up; the result stays in Redis and is republished",
+			ErrStreamFull, job.StreamResults, err)
+	}
 	return err
 }
 
-// payloadLimit is the server's max_payload minus room for headers.
+// payloadLimit is the server's max_payload minus room for headers (0 when
+// not known yet).
 func (s *Store) payloadLimit() int {
 	mp := s.js.Conn().MaxPayload()
 	if mp <= 0 {
 		return 0
 	}
-	return int(mp) - 4096
+	return max(int(mp)-4096, 1)
+}
+
+// resultLimit is the bound Record applies: MaxResultBytes, lowered to what
+// one NATS message can carry.
+func (s *Store) resultLimit() int {
+	limit := s.cfg.MaxResultBytes
+	if pl := s.payloadLimit(); pl > 0 {
+		limit = min(limit, pl)
+	}
+	return limit
 }
 
 // Get returns the stored result of id, or an error wrapping ErrNotFound.

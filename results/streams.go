@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +13,14 @@ import (
 	"github.com/paddockhq/paddock/job"
 )
 
-// ErrConfig is wrapped by every invalid-configuration error of this package.
-var ErrConfig = errors.New("results: invalid config")
+var (
+	// ErrConfig is wrapped by every invalid-configuration error of this package.
+	ErrConfig = errors.New("results: invalid config")
+	// ErrStreamFull is wrapped (next to ErrNotPublished) when JetStream refused
+	// to store a result because PADDOCK_RESULTS, or the server's JetStream
+	// storage, is full. The result is in Redis; the Republisher retries.
+	ErrStreamFull = errors.New("results: stream full")
+)
 
 // StreamConfig sizes the JetStream streams. A zero field takes its default.
 type StreamConfig struct {
@@ -26,17 +33,42 @@ type StreamConfig struct {
 	ResultRetention time.Duration
 	// Replicas of both streams (1, 3 or 5 in a NATS cluster). Default 1.
 	Replicas int
+	// JobsMaxBytes bounds PADDOCK_JOBS, i.e. the backlog of submissions no
+	// scheduler has taken yet (a submission leaves the stream once it is in
+	// Redis). Default 1 GiB (DefaultJobsMaxBytes): about 4000 submissions of
+	// the largest size (job.MaxSpecBytes), millions of usual ones. The stream
+	// discards new messages: when it is full a submission is refused (the
+	// client returns an error matching client.ErrStreamFull) and no accepted
+	// submission is ever dropped.
+	JobsMaxBytes int64
+	// ResultsMaxBytes bounds PADDOCK_RESULTS. Default 1 GiB
+	// (DefaultResultsMaxBytes): at least 1000 results of the largest size
+	// (StoreConfig.MaxResultBytes), hundreds of thousands of usual ones. The
+	// stream discards old messages: when it is full the oldest results leave
+	// NATS before ResultRetention (client.Get and Wait then report them not
+	// finished) so that new results, which clients are waiting for, are
+	// always published. Redis still holds every result for the retention, and
+	// the fleet's own decisions (duplicate ids, cancel) read Redis.
+	ResultsMaxBytes int64
 }
 
 // Defaults of StreamConfig.
 const (
-	DefaultDedupeWindow = 10 * time.Minute
-	DefaultRetention    = 24 * time.Hour
+	DefaultDedupeWindow    = 10 * time.Minute
+	DefaultRetention       = 24 * time.Hour
+	DefaultJobsMaxBytes    = 1 << 30
+	DefaultResultsMaxBytes = 1 << 30
 )
 
 func (c StreamConfig) withDefaults() (StreamConfig, error) {
-	if c.DedupeWindow < 0 || c.ResultRetention < 0 || c.Replicas < 0 {
-		return c, fmt.Errorf("%w: negative DedupeWindow, ResultRetention or Replicas", ErrConfig)
+	if c.DedupeWindow < 0 || c.ResultRetention < 0 || c.Replicas < 0 || c.JobsMaxBytes < 0 || c.ResultsMaxBytes < 0 {
+		return c, fmt.Errorf("%w: negative DedupeWindow, ResultRetention, Replicas, JobsMaxBytes or ResultsMaxBytes", ErrConfig)
+	}
+	if c.JobsMaxBytes == 0 {
+		c.JobsMaxBytes = DefaultJobsMaxBytes
+	}
+	if c.ResultsMaxBytes == 0 {
+		c.ResultsMaxBytes = DefaultResultsMaxBytes
 	}
 	if c.DedupeWindow == 0 {
 		c.DedupeWindow = DefaultDedupeWindow
@@ -50,7 +82,9 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	return c, nil
 }
 
-// JobsStreamConfig is the PADDOCK_JOBS stream EnsureStreams creates.
+// JobsStreamConfig is the PADDOCK_JOBS stream EnsureStreams creates. It
+// discards new messages when full (DiscardNew): a work queue must refuse a
+// submission rather than silently drop one it has already acknowledged.
 func JobsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -63,12 +97,16 @@ func JobsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
+		MaxBytes:    cfg.JobsMaxBytes,
 		Duplicates:  cfg.DedupeWindow,
 		Replicas:    cfg.Replicas,
 	}, nil
 }
 
 // ResultsStreamConfig is the PADDOCK_RESULTS stream EnsureStreams creates.
+// It discards old messages when full (DiscardOld; see
+// StreamConfig.ResultsMaxBytes): Redis is the record, NATS the delivery, and
+// a full stream must not block the delivery of new results.
 func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -81,6 +119,7 @@ func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Discard:           jetstream.DiscardOld,
+		MaxBytes:          cfg.ResultsMaxBytes,
 		MaxMsgsPerSubject: 1,
 		MaxAge:            cfg.ResultRetention,
 		// The server requires the duplicate window to fit in MaxAge.
@@ -148,4 +187,38 @@ func sameManaged(have, want jetstream.StreamConfig) bool {
 		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.Duplicates == want.Duplicates &&
 		have.Replicas == want.Replicas && have.AllowDirect == want.AllowDirect &&
 		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes
+}
+
+// JetStream API error codes of a refused publish (nats-server
+// jetstream_errors_generated.go; nats.go names only some of them).
+const (
+	// errCodeStoreFailed (JSStreamStoreFailedF) carries the store's reason
+	// as its description: "maximum bytes exceeded" and "maximum messages
+	// exceeded" when a DiscardNew stream is full.
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+	// errCodeInsufficientResources (JSInsufficientResourcesErr): the
+	// server's or account's JetStream storage (max_file_store) is used up.
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	// errCodeStorageExceeded (JSStorageResourcesExceededErr): likewise.
+	errCodeStorageExceeded jetstream.ErrorCode = 10047
+)
+
+// IsStreamFull reports whether err is JetStream refusing a publish because
+// the stream reached its MaxBytes (or MaxMsgs) with DiscardNew, or because
+// the server's JetStream storage is used up. Such a publish stored nothing;
+// it can succeed later, once space is freed. (client.ErrStreamFull is the
+// same test on the submitting side.)
+func IsStreamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeStoreFailed:
+		d := strings.ToLower(apiErr.Description)
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	case errCodeInsufficientResources, errCodeStorageExceeded:
+		return true
+	}
+	return false
 }

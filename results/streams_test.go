@@ -2,6 +2,9 @@ package results_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +52,8 @@ func TestEnsureStreamsConcurrent(t *testing.T) {
 	assert.Equal(t, jetstream.FileStorage, jc.Storage)
 	assert.Equal(t, results.DefaultDedupeWindow, jc.Duplicates)
 	assert.Equal(t, 1, jc.Replicas)
+	assert.Equal(t, int64(results.DefaultJobsMaxBytes), jc.MaxBytes)
+	assert.Equal(t, jetstream.DiscardNew, jc.Discard, "a full jobs stream refuses, never drops")
 
 	res, err := js.Stream(ctx, job.StreamResults)
 	require.NoError(t, err)
@@ -58,6 +63,8 @@ func TestEnsureStreamsConcurrent(t *testing.T) {
 	assert.Equal(t, results.DefaultRetention, rc.MaxAge)
 	assert.True(t, rc.AllowDirect)
 	assert.Equal(t, jetstream.FileStorage, rc.Storage)
+	assert.Equal(t, int64(results.DefaultResultsMaxBytes), rc.MaxBytes)
+	assert.Equal(t, jetstream.DiscardOld, rc.Discard)
 }
 
 func TestEnsureStreamsUpdates(t *testing.T) {
@@ -67,13 +74,16 @@ func TestEnsureStreamsUpdates(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{}))
 	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{}), "idempotent")
-	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: time.Hour, DedupeWindow: time.Minute}))
+	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: time.Hour, DedupeWindow: time.Minute,
+		JobsMaxBytes: 64 << 20, ResultsMaxBytes: 32 << 20}))
 	res, err := js.Stream(ctx, job.StreamResults)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, res.CachedInfo().Config.MaxAge)
+	assert.Equal(t, int64(32<<20), res.CachedInfo().Config.MaxBytes)
 	jobs, err := js.Stream(ctx, job.StreamJobs)
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute, jobs.CachedInfo().Config.Duplicates)
+	assert.Equal(t, int64(64<<20), jobs.CachedInfo().Config.MaxBytes)
 }
 
 func TestEnsureStreamsIncompatibleExisting(t *testing.T) {
@@ -92,6 +102,50 @@ func TestEnsureStreamsInvalidConfig(t *testing.T) {
 	t.Parallel()
 	n := testsvc.StartNATS(t)
 	js := connect(t, n)
-	err := results.EnsureStreams(context.Background(), js, results.StreamConfig{Replicas: -1})
-	require.ErrorIs(t, err, results.ErrConfig)
+	for _, cfg := range []results.StreamConfig{{Replicas: -1}, {JobsMaxBytes: -1}, {ResultsMaxBytes: -1}} {
+		err := results.EnsureStreams(context.Background(), js, cfg)
+		require.ErrorIs(t, err, results.ErrConfig, "%+v", cfg)
+	}
+}
+
+// A full PADDOCK_JOBS refuses a submission (DiscardNew) with an error
+// IsStreamFull recognizes, and keeps every submission it accepted.
+func TestFullJobsStreamRefuses(t *testing.T) {
+	t.Parallel()
+	n := testsvc.StartNATS(t)
+	js := connect(t, n)
+	ctx := context.Background()
+	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{JobsMaxBytes: 4 << 10}))
+	payload := []byte(strings.Repeat("x", 1000))
+	accepted := 0
+	var err error
+	for i := range 10 {
+		msg := nats.NewMsg(job.SubjectSubmit)
+		msg.Data = payload
+		msg.Header.Set(job.HeaderMsgID, fmt.Sprintf("full-%d", i))
+		if _, err = js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.StreamJobs)); err != nil {
+			break
+		}
+		accepted++
+	}
+	require.Error(t, err, "a 4 KiB stream cannot take 10 KB")
+	assert.True(t, results.IsStreamFull(err), "%v", err)
+	assert.Positive(t, accepted)
+	st, err := js.Stream(ctx, job.StreamJobs)
+	require.NoError(t, err)
+	assert.EqualValues(t, accepted, st.CachedInfo().State.Msgs, "nothing accepted was dropped")
+}
+
+func TestIsStreamFullOtherErrors(t *testing.T) {
+	t.Parallel()
+	n := testsvc.StartNATS(t)
+	js := connect(t, n)
+	ctx := context.Background()
+	_, notFound := js.Stream(ctx, "NOPE")
+	require.Error(t, notFound)
+	_, noStream := js.Publish(ctx, "nobody.stores.this", []byte("x"))
+	require.Error(t, noStream)
+	for _, err := range []error{nil, errors.New("maximum bytes exceeded"), notFound, noStream} {
+		assert.False(t, results.IsStreamFull(err), "%v", err)
+	}
 }

@@ -38,7 +38,12 @@ type Metrics struct {
 	leaseLost        metric.Int64Counter
 	containersReaped metric.Int64Counter
 	submissions      metric.Int64Counter
+	streamFull       metric.Int64Counter
 }
+
+// AttrStream is the JetStream stream a metric is about (PADDOCK_JOBS,
+// PADDOCK_RESULTS).
+const AttrStream attribute.Key = "paddock.stream"
 
 // NewMetrics creates the instruments on meter.
 func NewMetrics(meter metric.Meter) (*Metrics, error) {
@@ -75,6 +80,8 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		"Leaked containers removed by the reaper.")
 	m.submissions = counter("paddock.submissions", "{submission}",
 		"Submissions seen by the scheduler, by outcome (accepted, rejected, duplicate).")
+	m.streamFull = counter("paddock.stream.full", "{message}",
+		"Publishes JetStream refused because the stream (or the server's JetStream storage) was full, by stream.")
 	var err error
 	m.poolSize, err = meter.Int64ObservableGauge("paddock.pool.size", metric.WithUnit("{container}"),
 		metric.WithDescription("Pre-started containers ready in the warm pool."))
@@ -181,6 +188,15 @@ func (m *Metrics) Submission(ctx context.Context, outcome string) {
 		return
 	}
 	m.submissions.Add(ctx, 1, metric.WithAttributes(AttrSubmissionOutcome.String(outcome)))
+}
+
+// StreamFull counts a publish JetStream refused because stream (or the
+// server's JetStream storage) was full.
+func (m *Metrics) StreamFull(ctx context.Context, stream string) {
+	if m == nil {
+		return
+	}
+	m.streamFull.Add(ctx, 1, metric.WithAttributes(AttrStream.String(stream)))
 }
 
 // QueueInspector is the part of *asynq.Inspector that RegisterQueueGauges

@@ -29,17 +29,22 @@ func (e *ReplyError) Error() string { return "healer: unusable llm reply: " + e.
 // Unwrap makes every ReplyError match ErrBadReply.
 func (e *ReplyError) Unwrap() error { return ErrBadReply }
 
-// LLMError is a failed call to the chat-completions endpoint.
+// LLMError is a failed call to the chat-completions endpoint. Its text
+// quotes the endpoint's answer: it is for the worker log, never for a
+// job's result.
 type LLMError struct {
 	// StatusCode is the HTTP status, 0 when no response arrived.
 	StatusCode int
-	// Body is the start of the error response (at most 512 bytes).
+	// Body is the start of the response (at most 512 bytes, the API key
+	// masked) when one arrived and was refused.
 	Body string
 	Err  error
 }
 
 func (e *LLMError) Error() string {
 	switch {
+	case e.StatusCode != 0 && e.Err != nil && e.Body != "":
+		return fmt.Sprintf("healer: llm endpoint: status %d: %v; body: %s", e.StatusCode, e.Err, e.Body)
 	case e.StatusCode != 0 && e.Err != nil:
 		return fmt.Sprintf("healer: llm endpoint: status %d: %v", e.StatusCode, e.Err)
 	case e.StatusCode != 0:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paddockhq/paddock/internal/redact"
 )
 
 // LLMConfig configures the LLM repairer: an OpenAI-compatible
@@ -24,7 +27,10 @@ import (
 // configuration only; nothing of them enters a container.
 type LLMConfig struct {
 	// URL is the API base, e.g. "https://api.openai.com/v1"; the healer
-	// POSTs to URL + "/chat/completions".
+	// POSTs to URL + "/chat/completions". With an APIKey (or credentials
+	// in the URL) it must be https, unless its host is a loopback address
+	// (127.0.0.0/8, ::1, localhost): the key never crosses a network in
+	// the clear. Redirects are held to the same rule.
 	URL    string
 	Model  string
 	APIKey string
@@ -71,14 +77,55 @@ func (c *LLMConfig) withDefaults() (*LLMConfig, error) {
 	u, err := url.Parse(cp.URL)
 	switch {
 	case cp.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return nil, fmt.Errorf("%w: llm url %q must be an http(s) URL such as https://api.openai.com/v1", ErrConfig, cp.URL)
+		return nil, fmt.Errorf("%w: llm url %q must be an http(s) URL such as https://api.openai.com/v1", ErrConfig, redact.URL(cp.URL))
+	case (cp.APIKey != "" || u.User != nil) && !keySafe(u):
+		return nil, fmt.Errorf("%w: llm url %q: credentials (the API key) are sent only over https or to a loopback address (127.0.0.0/8, ::1, localhost); use https://%s%s",
+			ErrConfig, redact.URL(cp.URL), u.Host, u.EscapedPath())
 	case cp.Model == "":
 		return nil, fmt.Errorf("%w: llm model is required", ErrConfig)
 	case cp.MaxTokensPerJob < 0 || cp.MaxReplyTokens < 0 || cp.Timeout < 0 || cp.StderrTailBytes < 0 || cp.StdoutTailBytes < 0:
 		return nil, fmt.Errorf("%w: llm limits must not be negative", ErrConfig)
 	}
 	cp.URL = strings.TrimRight(cp.URL, "/")
+	if cp.APIKey != "" || u.User != nil {
+		cp.HTTPClient = keepKeySafe(cp.HTTPClient)
+	}
 	return &cp, nil
+}
+
+// keySafe reports whether credentials may be sent to u: over https, or
+// to a loopback address, where no network carries them.
+func keySafe(u *url.URL) bool {
+	if u.Scheme == "https" {
+		return true
+	}
+	host := u.Hostname()
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// keepKeySafe returns a copy of c that refuses a redirect to a target
+// keySafe refuses (net/http keeps the Authorization header on a redirect
+// to the same host, e.g. from https to http).
+func keepKeySafe(c *http.Client) *http.Client {
+	cp := *c
+	next := c.CheckRedirect
+	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !keySafe(req.URL) {
+			return fmt.Errorf("redirect to %s refused: credentials are sent only over https or to a loopback address", redact.URL(req.URL.String()))
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &cp
 }
 
 // SystemPrompt is the fixed system message of every repair request. The
@@ -229,6 +276,10 @@ func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 		// Whatever the server did, the request may have been billed:
 		// count the prompt as spent.
 		u = usage{Input: len(body) / 4, Total: len(body) / 4, Estimated: true}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL) // net/http strips the password, not a key in the query
+		}
 		return "", u, "", "", &LLMError{Err: err}
 	}
 	defer resp.Body.Close()
@@ -236,15 +287,19 @@ func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 	if err != nil {
 		return "", u, "", "", &LLMError{StatusCode: resp.StatusCode, Err: fmt.Errorf("read response: %w", err)}
 	}
+	// The body is for the worker log only (see publicError).
+	fail := func(err error) *LLMError {
+		return &LLMError{StatusCode: resp.StatusCode, Body: r.logBody(raw), Err: err}
+	}
 	if resp.StatusCode/100 != 2 {
-		return "", u, "", "", &LLMError{StatusCode: resp.StatusCode, Body: truncate(strings.ToValidUTF8(string(raw), "?"), 512)}
+		return "", u, "", "", fail(nil)
 	}
 	if len(raw) > maxResponseBytes {
-		return "", u, "", "", &LLMError{StatusCode: resp.StatusCode, Err: fmt.Errorf("response larger than %d bytes", maxResponseBytes)}
+		return "", u, "", "", fail(fmt.Errorf("response larger than %d bytes", maxResponseBytes))
 	}
 	var cr chatResponse
 	if err := json.Unmarshal(raw, &cr); err != nil {
-		return "", u, "", "", &LLMError{StatusCode: resp.StatusCode, Err: fmt.Errorf("decode response: %w", err)}
+		return "", u, "", "", fail(fmt.Errorf("decode response: %w", err))
 	}
 	if cr.Usage != nil {
 		u = usage{Input: cr.Usage.PromptTokens, Output: cr.Usage.CompletionTokens, Total: cr.Usage.TotalTokens}
@@ -259,9 +314,45 @@ func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 		u.Total = u.Input + u.Output
 	}
 	if len(cr.Choices) == 0 {
-		return "", u, cr.Model, "", &LLMError{StatusCode: resp.StatusCode, Err: errors.New("response has no choices")}
+		return "", u, cr.Model, "", fail(errors.New("response has no choices"))
 	}
 	return cr.Choices[0].Message.Content, u, cr.Model, cr.Choices[0].FinishReason, nil
+}
+
+// logBody is the start of a response body as the worker log may show it:
+// at most 512 bytes, valid UTF-8, the API key masked (an endpoint may
+// quote the key it refused).
+func (r *llmRepairer) logBody(raw []byte) string {
+	b := truncate(strings.ToValidUTF8(string(raw), "?"), 512)
+	if k := r.cfg.APIKey; k != "" {
+		b = strings.ReplaceAll(b, k, redact.Mask)
+	}
+	return b
+}
+
+// publicError says why an LLM call gave no command, in words fit for the
+// job's result (the attempt notes the submitter reads). What the endpoint
+// sent (an error body, a malformed answer, an error inside a 200) stays
+// out of it: a proxy or a misbehaving endpoint can put anything there,
+// the key included. The worker log has the detail.
+func publicError(err error, timeout time.Duration) string {
+	var le *LLMError
+	var re *ReplyError
+	switch {
+	case errors.As(err, &re), errors.Is(err, ErrNoFix), errors.Is(err, ErrTokenBudget):
+		return err.Error() // the healer's own words
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("the LLM repair endpoint did not answer: call timed out after %s", timeout.Round(time.Millisecond))
+	case errors.Is(err, context.Canceled):
+		return "the LLM repair call was canceled"
+	case errors.As(err, &le) && le.StatusCode/100 == 2:
+		return fmt.Sprintf("the LLM repair endpoint sent an unusable response (HTTP %d); see the worker log", le.StatusCode)
+	case errors.As(err, &le) && le.StatusCode != 0:
+		return fmt.Sprintf("the LLM repair endpoint failed (HTTP %d); see the worker log", le.StatusCode)
+	case errors.As(err, &le):
+		return "the LLM repair endpoint could not be reached; see the worker log"
+	}
+	return "the LLM repair failed; see the worker log"
 }
 
 // parseReply extracts the one command of a reply: the content of its only
@@ -406,12 +497,12 @@ func (r *run) askLLM(ctx context.Context, cmd string, out Outcome, f Failure) (s
 			st.LLMRefused.Add(1)
 		} else if !errors.Is(err, ErrNoFix) {
 			st.LLMErrors.Add(1)
-			r.l.warnLimited("llm", "llm repair failed", "job", r.spec.ID, "err", err)
+			if !r.l.warnLimited("llm", "llm repair failed", "job", r.spec.ID, "err", err) {
+				r.log.Debug("llm repair failed", "err", err)
+			}
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("call timed out after %s: %w", timeout.Round(time.Millisecond), err)
-		}
-		return "", fmt.Sprintf("llm (%s, %s, %s): %v", llm.cfg.Model, tokens, took.Round(time.Millisecond), err), err
+		// The note reaches the submitter: the healer's words only.
+		return "", fmt.Sprintf("llm (%s, %s, %s): %s", llm.cfg.Model, tokens, took.Round(time.Millisecond), publicError(err, timeout)), err
 	}
 	return fixed, fmt.Sprintf("llm %s proposed a command (%s, %s)", llm.cfg.Model, tokens, took.Round(time.Millisecond)), nil
 }

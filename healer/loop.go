@@ -634,17 +634,19 @@ func (r *run) endHeal(st step, outcome string) {
 	}
 }
 
-// warnLimited logs at most one warning per kind every 30 s.
-func (l *Loop) warnLimited(kind, msg string, args ...any) {
+// warnLimited logs at most one warning per kind every 30 s; it reports
+// whether it logged.
+func (l *Loop) warnLimited(kind, msg string, args ...any) bool {
 	l.warnMu.Lock()
 	now := time.Now()
 	if now.Sub(l.lastWarn[kind]) < 30*time.Second {
 		l.warnMu.Unlock()
-		return
+		return false
 	}
 	l.lastWarn[kind] = now
 	l.warnMu.Unlock()
 	l.log.Warn(msg, args...)
+	return true
 }
 
 // tail returns at most n bytes of the end of s, starting on a rune

@@ -499,12 +499,13 @@ func TestLLMDownOrSlowEndsCleanly(t *testing.T) {
 		cfg := llm.config()
 		llm.srv.Close()
 		res := run(t, cfg, context.Background(), 0)
-		assert.Contains(t, res.Attempts[0].Note, "llm endpoint")
+		assert.Contains(t, res.Attempts[0].Note, "the LLM repair endpoint could not be reached; see the worker log")
 	})
 	t.Run("error status", func(t *testing.T) {
 		llm := newFakeLLM(t, func(int, llmRequest) (int, string) { return http.StatusServiceUnavailable, `{"error":"overloaded"}` })
 		res := run(t, llm.config(), context.Background(), 0)
-		assert.Contains(t, res.Attempts[0].Note, "status 503")
+		assert.Contains(t, res.Attempts[0].Note, "the LLM repair endpoint failed (HTTP 503); see the worker log")
+		assert.NotContains(t, res.Attempts[0].Note, "overloaded", "the endpoint's body stays in the worker log")
 	})
 	t.Run("slow, call timeout", func(t *testing.T) {
 		llm := newFakeLLM(t, func(int, llmRequest) (int, string) { return 0, "" })

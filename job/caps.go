@@ -46,9 +46,20 @@ const (
 	DefaultQueue = "default"
 )
 
+// MinPids is the floor of the pids limit, measured: paddock-init holds 13
+// threads (its Go runtime, started before any job), and bash with a
+// two-command pipeline needs 3 more; at 14 a plain `echo hi | cat` is
+// refused a fork, below 12 init cannot start its threads. Spec validation
+// rejects less, and Caps.Validate refuses a default or cap below it. The
+// memory floor is MinMemoryMB (validate.go).
+const MinPids = 16
+
 // WithDefaults returns c with every zero field filled.
 func (c Caps) WithDefaults() Caps { return c.withDefaults() }
 
+// withDefaults fills every zero field. A default follows its cap: an
+// operator cap below the built-in default lowers the default to the cap,
+// as an operator default above the built-in cap raises the cap.
 func (c Caps) withDefaults() Caps {
 	if len(c.Images) == 0 {
 		c.Images = []string{DefaultImage}
@@ -61,16 +72,26 @@ func (c Caps) withDefaults() Caps {
 			*p = v
 		}
 	}
-	def64(&c.DefaultMemoryMB, 512)
+	// below returns v, or the cap mx when one is set and lower.
+	below := func(v, mx int64) int64 {
+		if mx != 0 {
+			return min(v, mx)
+		}
+		return v
+	}
+	def64(&c.DefaultMemoryMB, below(512, c.MaxMemoryMB))
 	def64(&c.MaxMemoryMB, max(c.DefaultMemoryMB, 2048))
-	def64(&c.DefaultPids, 64)
+	def64(&c.DefaultPids, below(64, c.MaxPids))
 	def64(&c.MaxPids, max(c.DefaultPids, 512))
-	def64(&c.DefaultOutputBytes, 1<<20)
+	def64(&c.DefaultOutputBytes, below(1<<20, c.MaxOutputBytes))
 	def64(&c.MaxOutputBytes, max(c.DefaultOutputBytes, 16<<20))
-	def64(&c.DefaultTmpfsMB, 64)
+	def64(&c.DefaultTmpfsMB, below(64, c.MaxTmpfsMB))
 	def64(&c.MaxTmpfsMB, max(c.DefaultTmpfsMB, 1024))
 	if c.DefaultCPUs == 0 {
 		c.DefaultCPUs = 0.5
+		if c.MaxCPUs != 0 {
+			c.DefaultCPUs = min(0.5, c.MaxCPUs)
+		}
 	}
 	if c.MaxCPUs == 0 {
 		c.MaxCPUs = max(c.DefaultCPUs, 2)
@@ -80,73 +101,119 @@ func (c Caps) withDefaults() Caps {
 			*p = v
 		}
 	}
-	defD(&c.DefaultCommandTimeout, 30*time.Second)
-	defD(&c.MaxCommandTimeout, max(c.DefaultCommandTimeout, 300*time.Second))
-	defD(&c.DefaultJobTimeout, 300*time.Second)
+	belowD := func(v, mx time.Duration) time.Duration { return time.Duration(below(int64(v), int64(mx))) }
+	// The job timeout first: the default command timeout never exceeds
+	// the default job timeout.
+	defD(&c.DefaultJobTimeout, belowD(300*time.Second, c.MaxJobTimeout))
 	defD(&c.MaxJobTimeout, max(c.DefaultJobTimeout, 3600*time.Second))
+	defD(&c.DefaultCommandTimeout, min(belowD(30*time.Second, c.MaxCommandTimeout), max(c.DefaultJobTimeout.Truncate(time.Second), time.Second)))
+	defD(&c.MaxCommandTimeout, max(c.DefaultCommandTimeout, 300*time.Second))
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
 	}
 	return c
 }
 
+// CapsError is every problem of one Caps; it wraps ErrInvalidCaps. Each
+// FieldError names the Caps field (e.g. "MaxMemoryMB"), so that a caller
+// can name its own setting (a flag) instead, and says what is allowed.
+type CapsError struct {
+	Fields []FieldError
+}
+
+func (e *CapsError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Error()
+	}
+	return "job: invalid caps: " + strings.Join(parts, "; ")
+}
+
+// Unwrap makes every CapsError match ErrInvalidCaps.
+func (e *CapsError) Unwrap() error { return ErrInvalidCaps }
+
 // Validate checks c (after defaults) for settings that would let a job run
-// outside its caps or reject every job: each default within [floor, cap],
-// timeouts of whole seconds, a default command timeout no longer than the
-// default job timeout, well-formed image, queue and env allowlist entries.
-// Call it once at start-up; Validate(spec, caps) trusts the caps.
+// outside its caps, below what a sandbox needs, or reject every job: each
+// cap at least its floor (MinMemoryMB, MinPids, MinCPUs, one byte, one
+// second), each default within [floor, cap], timeouts of whole seconds, a
+// default command timeout no longer than the default job timeout,
+// well-formed image, queue and env allowlist entries. The error is a
+// *CapsError. Call it once at start-up; Validate(spec, caps) trusts the
+// caps.
 func (c Caps) Validate() error {
 	c = c.withDefaults()
-	var probs []string
-	bad := func(format string, a ...any) { probs = append(probs, fmt.Sprintf(format, a...)) }
+	e := &CapsError{}
+	bad := func(field, format string, a ...any) {
+		e.Fields = append(e.Fields, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+	}
 	for _, img := range c.Images {
 		if img == "" || strings.ContainsFunc(img, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			bad("image %q must be non-empty without spaces or control characters", img)
+			bad("Images", "image %q must be non-empty without spaces or control characters", img)
 		}
 	}
 	for _, q := range c.Queues {
 		if !queuePattern.MatchString(q) {
-			bad("queue %q must match [a-z0-9][a-z0-9_-]{0,31}", q)
+			bad("Queues", "queue %q must match [a-z0-9][a-z0-9_-]{0,31}", q)
 		}
 	}
-	for _, e := range c.EnvAllow {
-		if !envNamePattern.MatchString(strings.TrimSuffix(e, "*")) && e != "*" {
-			bad("env allowlist entry %q must be NAME or PREFIX*", e)
+	for _, env := range c.EnvAllow {
+		if !envNamePattern.MatchString(strings.TrimSuffix(env, "*")) && env != "*" {
+			bad("EnvAllow", "env allowlist entry %q must be NAME or PREFIX*", env)
 		}
 	}
 	ints := []struct {
-		name           string
-		def, floor, mx int64
+		def, mx        string // the fields
+		defV, floor, v int64
+		unit           string
 	}{
-		{"memory MiB", c.DefaultMemoryMB, MinMemoryMB, c.MaxMemoryMB},
-		{"pids", c.DefaultPids, 1, c.MaxPids},
-		{"output bytes", c.DefaultOutputBytes, 1, c.MaxOutputBytes},
-		{"tmpfs MiB", c.DefaultTmpfsMB, 1, c.MaxTmpfsMB},
-		{"command timeout s", secs(c.DefaultCommandTimeout), 1, secs(c.MaxCommandTimeout)},
-		{"job timeout s", secs(c.DefaultJobTimeout), 1, secs(c.MaxJobTimeout)},
+		{"DefaultMemoryMB", "MaxMemoryMB", c.DefaultMemoryMB, MinMemoryMB, c.MaxMemoryMB, " MiB"},
+		{"DefaultPids", "MaxPids", c.DefaultPids, MinPids, c.MaxPids, ""},
+		{"DefaultOutputBytes", "MaxOutputBytes", c.DefaultOutputBytes, 1, c.MaxOutputBytes, " bytes"},
+		{"DefaultTmpfsMB", "MaxTmpfsMB", c.DefaultTmpfsMB, 1, c.MaxTmpfsMB, " MiB"},
 	}
 	for _, l := range ints {
-		if l.def < l.floor || l.def > l.mx {
-			bad("default %s %d must be within %d..%d (the cap)", l.name, l.def, l.floor, l.mx)
+		switch {
+		case l.v < l.floor:
+			bad(l.mx, "%d is out of range; allowed %d%s or more", l.v, l.floor, l.unit)
+		case l.defV < l.floor || l.defV > l.v:
+			bad(l.def, "%d is out of range; allowed %d..%d%s (the cap)", l.defV, l.floor, l.v, l.unit)
 		}
 	}
-	if math.IsNaN(c.DefaultCPUs) || math.IsNaN(c.MaxCPUs) || math.IsInf(c.MaxCPUs, 0) ||
-		c.DefaultCPUs < MinCPUs || c.DefaultCPUs > c.MaxCPUs {
-		bad("default cpus %g must be within %g..%g (the cap)", c.DefaultCPUs, MinCPUs, c.MaxCPUs)
+	switch {
+	case !(c.MaxCPUs >= MinCPUs) || math.IsInf(c.MaxCPUs, 0): // also NaN
+		bad("MaxCPUs", "%g is out of range; allowed %g or more (a finite number)", c.MaxCPUs, MinCPUs)
+	case !(c.DefaultCPUs >= MinCPUs) || c.DefaultCPUs > c.MaxCPUs:
+		bad("DefaultCPUs", "%g is out of range; allowed %g..%g (the cap)", c.DefaultCPUs, MinCPUs, c.MaxCPUs)
 	}
-	for _, d := range []time.Duration{c.DefaultCommandTimeout, c.MaxCommandTimeout, c.DefaultJobTimeout, c.MaxJobTimeout} {
-		if d%time.Second != 0 {
-			bad("timeout %s must be a whole number of seconds", d)
+	durs := []struct {
+		def, mx string
+		defV, v time.Duration
+	}{
+		{"DefaultCommandTimeout", "MaxCommandTimeout", c.DefaultCommandTimeout, c.MaxCommandTimeout},
+		{"DefaultJobTimeout", "MaxJobTimeout", c.DefaultJobTimeout, c.MaxJobTimeout},
+	}
+	n := len(e.Fields)
+	for _, d := range durs {
+		switch {
+		case d.v < time.Second:
+			bad(d.mx, "%s is out of range; allowed 1s or more, in whole seconds", d.v)
+		case d.v%time.Second != 0:
+			bad(d.mx, "%s is not a whole number of seconds", d.v)
+		case d.defV < time.Second || d.defV > d.v:
+			bad(d.def, "%s is out of range; allowed 1s..%s (the cap), in whole seconds", d.defV, d.v)
+		case d.defV%time.Second != 0:
+			bad(d.def, "%s is not a whole number of seconds", d.defV)
 		}
 	}
-	if c.DefaultCommandTimeout > c.DefaultJobTimeout {
-		bad("default command timeout %s exceeds the default job timeout %s", c.DefaultCommandTimeout, c.DefaultJobTimeout)
+	// Compared only when every timeout is valid by itself.
+	if len(e.Fields) == n && c.DefaultCommandTimeout > c.DefaultJobTimeout {
+		bad("DefaultCommandTimeout", "%s exceeds the default job timeout %s", c.DefaultCommandTimeout, c.DefaultJobTimeout)
 	}
 	if c.MaxAttempts < 1 {
-		bad("max attempts %d must be at least 1", c.MaxAttempts)
+		bad("MaxAttempts", "%d is out of range; allowed 1 or more", c.MaxAttempts)
 	}
-	if len(probs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidCaps, strings.Join(probs, "; "))
+	if len(e.Fields) > 0 {
+		return e
 	}
 	return nil
 }

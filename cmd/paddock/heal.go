@@ -37,21 +37,45 @@ func (h *healFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&h.packageDir, "package-dir", "", "host directory of .deb files mounted read-only at "+healer.DefaultSource+" for installs on exit 127")
 }
 
-// newHealer builds the heal loop for a worker.
-func newHealer(rdb redis.UniversalClient, h *healFlags, obs *observability, log *slog.Logger) (*healer.Loop, error) {
-	cfg := healer.Config{
-		DefaultMode: job.HealMode(h.defaultMode), Logger: log,
-		Tracer:         obs.provider.TracerProvider().Tracer("github.com/paddockhq/paddock/healer"),
-		SpanAttributes: worker.SandboxSpanAttributes,
-		Metrics:        healer.Metrics{Heal: obs.metrics.HealAttempt},
-	}
+// config is the healer.Config the flags give, without the services.
+func (h *healFlags) config() (healer.Config, error) {
+	cfg := healer.Config{DefaultMode: job.HealMode(h.defaultMode)}
 	if h.llmURL != "" {
 		if h.llmModel == "" {
-			return nil, fmt.Errorf("--llm-url needs --llm-model")
+			return cfg, fmt.Errorf("--llm-url needs --llm-model")
 		}
 		cfg.LLM = &healer.LLMConfig{URL: h.llmURL, Model: h.llmModel, APIKey: os.Getenv("PADDOCK_LLM_API_KEY"),
 			MaxTokensPerJob: h.llmTokensPerJob, Timeout: h.llmTimeout}
 	}
+	return cfg, nil
+}
+
+// check validates the heal flags without I/O (healer.New makes none),
+// so that a worker with bad ones stops before it connects to anything.
+func (h *healFlags) check() error {
+	cfg, err := h.config()
+	if err != nil {
+		return err
+	}
+	if _, err := healer.New(healer.Config{DefaultMode: cfg.DefaultMode}); err != nil {
+		return fmt.Errorf("--heal-default-mode: %w", err)
+	}
+	if _, err := healer.New(cfg); err != nil {
+		return fmt.Errorf("--llm-url: %w", err)
+	}
+	return nil
+}
+
+// newHealer builds the heal loop for a worker.
+func newHealer(rdb redis.UniversalClient, h *healFlags, obs *observability, log *slog.Logger) (*healer.Loop, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger = log
+	cfg.Tracer = obs.provider.TracerProvider().Tracer("github.com/paddockhq/paddock/healer")
+	cfg.SpanAttributes = worker.SandboxSpanAttributes
+	cfg.Metrics = healer.Metrics{Heal: obs.metrics.HealAttempt}
 	if h.memoTTL > 0 {
 		memo, err := healer.NewRedisMemo(rdb, healer.RedisMemoConfig{TTL: h.memoTTL})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -35,14 +36,20 @@ type globals struct {
 	redisURL string
 	logLevel string
 	logger   *slog.Logger
+	stderr   io.Writer // the log, errors and status lines
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string) int {
-	g := &globals{}
+// run runs the command line args until ctx ends and returns the exit code;
+// the log and errors go to stderr.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	g := &globals{stderr: stderr}
 	root := &cobra.Command{
 		Use:   "paddock",
 		Short: "Run AI-agent shell commands in fresh, capped, network-less containers",
@@ -62,7 +69,7 @@ Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
 			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 			}
-			g.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			g.logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
 			// go-redis logs every failed dial; connection errors reach the
 			// user through the returned errors instead.
 			redis.SetLogger(redisLogger{g.logger})
@@ -76,9 +83,8 @@ Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
 
 	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(), schemaCmd())
 	root.SetArgs(args)
+	root.SetErr(stderr)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := root.ExecuteContext(ctx)
 	var ec *exitCodeError
 	switch {
@@ -87,7 +93,7 @@ Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
 	case errors.As(err, &ec):
 		return ec.code
 	default:
-		fmt.Fprintln(os.Stderr, "paddock:", err)
+		fmt.Fprintln(stderr, "paddock:", err)
 		return exitFailure
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/scheduler"
 	"github.com/paddockhq/paddock/telemetry"
@@ -34,6 +35,9 @@ type schedFlags struct {
 	resultRetention time.Duration
 	dedupeWindow    time.Duration
 	maxRetry        int
+	jobsMaxBytes    int64
+	resultsMaxBytes int64
+	maxResultBytes  int
 }
 
 func (s *schedFlags) register(cmd *cobra.Command) {
@@ -41,6 +45,9 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&s.resultRetention, "result-retention", 24*time.Hour, "how long results (and duplicate-id protection) are kept")
 	cmd.Flags().DurationVar(&s.dedupeWindow, "dedupe-window", 10*time.Minute, "JetStream duplicate window for submissions (Nats-Msg-Id = job id)")
 	cmd.Flags().IntVar(&s.maxRetry, "max-retry", 3, "queue retries of a job after infrastructure failures")
+	cmd.Flags().Int64Var(&s.jobsMaxBytes, "jobs-max-bytes", results.DefaultJobsMaxBytes, "size cap of the submissions stream; when full, submits are refused (client.ErrStreamFull) and nothing accepted is dropped")
+	cmd.Flags().Int64Var(&s.resultsMaxBytes, "results-max-bytes", results.DefaultResultsMaxBytes, "size cap of the results stream; when full, the oldest results leave NATS first (Redis keeps them)")
+	cmd.Flags().IntVar(&s.maxResultBytes, "max-result-bytes", results.DefaultMaxResultBytes, "bound of one stored result's JSON (escaping counted); larger outputs are cut in the middle")
 }
 
 // stack is the set of connections a service holds.
@@ -66,12 +73,13 @@ func openStack(ctx context.Context, g *globals, sf *schedFlags, name string) (*s
 		nc.Close()
 		return nil, err
 	}
-	if err := results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: sf.resultRetention, DedupeWindow: sf.dedupeWindow}); err != nil {
+	if err := results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: sf.resultRetention, DedupeWindow: sf.dedupeWindow,
+		JobsMaxBytes: sf.jobsMaxBytes, ResultsMaxBytes: sf.resultsMaxBytes}); err != nil {
 		nc.Close()
 		rdb.Close()
 		return nil, fmt.Errorf("create JetStream streams: %w", err)
 	}
-	st := results.NewStore(rdb, js, results.StoreConfig{Retention: sf.resultRetention, Logger: g.logger})
+	st := results.NewStore(rdb, js, results.StoreConfig{Retention: sf.resultRetention, MaxResultBytes: sf.maxResultBytes, Logger: g.logger})
 	return &stack{nc: nc, js: js, rdb: rdb, st: st}, nil
 }
 
@@ -107,8 +115,9 @@ func schedulerCmd(g *globals) *cobra.Command {
 	var of obsFlags
 	var pf periodicFlags
 	cmd := &cobra.Command{
-		Use:   "scheduler",
-		Short: "Validate submissions from JetStream and enqueue them in Redis (run any number)",
+		Use:     "scheduler",
+		Short:   "Validate submissions from JetStream and enqueue them in Redis (run any number)",
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, nil) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			s, err := openStack(ctx, g, &sf, "paddock-scheduler")
@@ -121,6 +130,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer obs.stop()
+			s.st.SetMetrics(obs.metrics)
 			sch, err := newScheduler(s, &sf, &cf, obs, g.logger)
 			if err != nil {
 				return err
@@ -133,7 +143,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 				sch.Stop()
 				return err
 			}
-			g.logger.Info("scheduler running", "nats", g.natsURL, "redis", g.redisURL)
+			g.logger.Info("scheduler running", "nats", redact.URL(g.natsURL), "redis", redact.URL(g.redisURL))
 			<-ctx.Done()
 			g.logger.Info("scheduler stopping: finishing in-flight submissions")
 			stopControl()
@@ -154,8 +164,9 @@ func workerCmd(g *globals) *cobra.Command {
 	var wf workerFlags
 	var of obsFlags
 	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
+		Use:     "worker",
+		Short:   "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, &wf.heal) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			d, err := connectDocker(ctx)
@@ -173,6 +184,7 @@ func workerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer obs.stop()
+			s.st.SetMetrics(obs.metrics)
 			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, obs, g.logger)
 			if err != nil {
 				return err
@@ -209,6 +221,7 @@ starts an embedded NATS server with JetStream and a redis-server child (AOF on)
 on those addresses, with their data under --data-dir. Then it runs a scheduler
 and a worker until interrupted, and shuts down in order: stop intake, drain
 running jobs, stop the services it started.`,
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, &wf.heal) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := g.logger
@@ -245,6 +258,7 @@ running jobs, stop the services it started.`,
 				return err
 			}
 			defer obs.stop()
+			s.st.SetMetrics(obs.metrics)
 			if wf.volumeRoot != "" {
 				cf.volumes = true
 			}
@@ -270,9 +284,9 @@ running jobs, stop the services it started.`,
 				w.Stop()
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d\n"+
+			fmt.Fprintf(g.stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d\n"+
 				"paddock: submit with: paddock submit --wait -- 'echo hi'   (Ctrl-C stops)\n",
-				time.Since(t0).Round(time.Millisecond), g.natsURL, g.redisURL, wf.concurrency, wf.poolSize)
+				time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), wf.concurrency, wf.poolSize)
 			if readyFile != "" {
 				_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
 				defer os.Remove(readyFile)
@@ -280,7 +294,7 @@ running jobs, stop the services it started.`,
 			<-ctx.Done()
 			// Shutdown order: stop intake (scheduler), drain running jobs
 			// (worker), then the services that record results.
-			fmt.Fprintln(os.Stderr, "paddock: stopping: scheduler, then draining the worker")
+			fmt.Fprintln(g.stderr, "paddock: stopping: scheduler, then draining the worker")
 			stopControl()
 			sch.Stop()
 			w.Stop()
@@ -313,7 +327,7 @@ func defaultDataDir() string {
 func ensureNATS(url, storeDir string, log *slog.Logger) (*server.Server, error) {
 	if nc, err := nats.Connect(url, nats.Timeout(time.Second)); err == nil {
 		nc.Close()
-		log.Info("using NATS", "url", url)
+		log.Info("using NATS", "url", redact.URL(url))
 		return nil, nil
 	}
 	host, port, err := hostPort(url, "nats://", 4222)
@@ -342,7 +356,7 @@ func ensureNATS(url, storeDir string, log *slog.Logger) (*server.Server, error) 
 func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func(), error) {
 	if rdb, err := connectRedis(ctx, url); err == nil {
 		rdb.Close()
-		log.Info("using Redis", "url", url)
+		log.Info("using Redis", "url", redact.URL(url))
 		return func() {}, nil
 	}
 	host, port, err := hostPort(url, "redis://", 6379)
@@ -351,7 +365,7 @@ func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func()
 	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, fmt.Errorf("no Redis at %s and no redis-server to start: `apt-get install -y redis-server` (make demo does)", url)
+		return nil, fmt.Errorf("no Redis at %s and no redis-server to start: `apt-get install -y redis-server` (make demo does)", redact.URL(url))
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -405,7 +419,7 @@ func hostPort(url, scheme string, defPort int) (string, int, error) {
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil {
-		return "", 0, fmt.Errorf("bad port in %q", url)
+		return "", 0, fmt.Errorf("bad port in %q", redact.URL(url))
 	}
 	return host, port, nil
 }

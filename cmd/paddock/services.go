@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -13,15 +14,23 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/worker"
 )
 
+// URLs may carry credentials (user:password@, a NATS token, ?password=):
+// every one that is logged, printed or put into an error goes through
+// redact.URL first.
+
 // connectNATS connects with unlimited reconnects: a NATS restart must not
 // end a service.
 func connectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+	if err := checkNATSURL(url); err != nil {
+		return nil, err
+	}
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
 		nats.Timeout(5*time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -29,23 +38,58 @@ func connectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats
 				log.Warn("NATS disconnected; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", redact.URL(c.ConnectedUrl())) }))
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `paddock up`, or set --nats-url / PADDOCK_NATS_URL)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `paddock up`, or set --nats-url / PADDOCK_NATS_URL)", redact.URL(url), err)
 	}
 	return nc, nil
 }
 
-// redisOptions parses redis://, rediss:// and unix:// URLs.
-func redisOptions(url string) (*redis.Options, error) {
-	if path, ok := strings.CutPrefix(url, "unix://"); ok {
+// checkNATSURL parses each server of a --nats-url list the way nats.go
+// does, so that a malformed one fails here, with a redacted message.
+func checkNATSURL(raw string) error {
+	for s := range strings.SplitSeq(raw, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		if _, err := url.Parse(s); err != nil {
+			return urlError("--nats-url", raw, err, "nats://[user:password@]host[:port] or tls://…, comma-separated")
+		}
+	}
+	return nil
+}
+
+// redisOptions parses redis://, rediss:// and unix:// URLs. A plain
+// unix://path is taken as it is (any characters, relative or absolute);
+// with credentials or parameters it is parsed like the others.
+func redisOptions(raw string) (*redis.Options, error) {
+	if path, ok := strings.CutPrefix(raw, "unix://"); ok && path != "" && !strings.ContainsAny(path, "@?") {
 		return &redis.Options{Network: "unix", Addr: path}, nil
 	}
-	opt, err := redis.ParseURL(url)
+	opt, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url %q: %w", url, err)
+		return nil, urlError("--redis-url", raw, err, "redis://[user:password@]host[:port][/db], rediss://… or unix:///path/to/socket")
 	}
 	return opt, nil
+}
+
+// urlError reports a --flag URL that does not parse. A parser's message
+// can quote the URL or a piece of it (a port, a path segment), password
+// included, so it is kept only for a URL without credentials.
+func urlError(flag, raw string, err error, want string) error {
+	shown := redact.URL(raw)
+	if shown != raw {
+		return fmt.Errorf("%s %q is not a valid URL; want %s (the parser's message is left out: it could quote the password)", flag, shown, want)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the URL is quoted already
+	}
+	return fmt.Errorf("%s %q is not a valid URL: %v; want %s", flag, raw, err, want)
 }
 
 // connectRedis returns a client with socket timeouts (DESIGN.md §6) after
@@ -61,7 +105,7 @@ func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w (start one with `paddock up`, or set --redis-url / PADDOCK_REDIS_URL)", url, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w (start one with `paddock up`, or set --redis-url / PADDOCK_REDIS_URL)", redact.URL(url), err)
 	}
 	return rdb, nil
 }
@@ -94,10 +138,10 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.images, "images", []string{job.DefaultImage, "paddock/test:latest"}, "images jobs may use; the first is the default")
 	fs.StringSliceVar(&c.queues, "queues", []string{"critical", job.DefaultQueue, "low"}, "queues jobs may name, highest priority first; the default queue is \"default\" when listed, else the first")
 	fs.StringSliceVar(&c.envAllow, "env-allow", nil, "env names jobs may set (NAME or PREFIX*); empty allows any non-reserved name")
-	fs.Int64Var(&c.maxMemoryMB, "max-memory-mb", 2048, "cap on a job's memory_mb")
-	fs.Int64Var(&c.maxPids, "max-pids", 512, "cap on a job's pids")
-	fs.Float64Var(&c.maxCPUs, "max-cpus", 2, "cap on a job's cpus")
-	fs.DurationVar(&c.maxJobTimeout, "max-job-timeout", time.Hour, "cap on a job's job_timeout_s")
+	fs.Int64Var(&c.maxMemoryMB, "max-memory-mb", 2048, fmt.Sprintf("cap on a job's memory_mb, at least %d (jobs that name none get 512, or the cap if lower)", job.MinMemoryMB))
+	fs.Int64Var(&c.maxPids, "max-pids", 512, fmt.Sprintf("cap on a job's pids, at least %d (jobs that name none get 64, or the cap if lower)", job.MinPids))
+	fs.Float64Var(&c.maxCPUs, "max-cpus", 2, fmt.Sprintf("cap on a job's cpus, at least %g (jobs that name none get 0.5, or the cap if lower)", job.MinCPUs))
+	fs.DurationVar(&c.maxJobTimeout, "max-job-timeout", time.Hour, "cap on a job's job_timeout_s, whole seconds, at least 1s (jobs that name none get 5m, or the cap if lower)")
 	fs.BoolVar(&c.allowInstall, "allow-install", false, "let jobs ask for installs of missing tools (heal.allow_install; workers need --package-dir or an install network)")
 	fs.BoolVar(&c.volumes, "volumes", false, "accept jobs that ask for a shared volume (workers need --volume-root)")
 }
@@ -112,6 +156,68 @@ func (c *capsFlags) caps() job.Caps {
 	}
 	return job.Caps{Images: c.images, Queues: queues, EnvAllow: c.envAllow,
 		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes, AllowInstall: c.allowInstall}.WithDefaults()
+}
+
+// capsFlag names the flag that sets each job.Caps field.
+var capsFlag = map[string]string{
+	"Images": "--images", "Queues": "--queues", "EnvAllow": "--env-allow",
+	"MaxMemoryMB": "--max-memory-mb", "MaxPids": "--max-pids", "MaxCPUs": "--max-cpus", "MaxJobTimeout": "--max-job-timeout",
+}
+
+// validate checks the caps the flags give (job.Caps.Validate after the
+// defaults), naming the flag of each problem and what it allows.
+func (c *capsFlags) validate() error {
+	var probs []string
+	if len(c.images) == 0 {
+		probs = append(probs, "--images: the list is empty; name at least one image (the first is the default)")
+	}
+	if len(c.queues) == 0 {
+		probs = append(probs, "--queues: the list is empty; name at least one queue")
+	}
+	// A zero cap field means "the default" to job.Caps; a zero flag is a
+	// mistake.
+	for _, z := range []struct {
+		zero    bool
+		flag, a string
+	}{
+		{c.maxMemoryMB == 0, "--max-memory-mb", fmt.Sprintf("%d MiB", job.MinMemoryMB)},
+		{c.maxPids == 0, "--max-pids", fmt.Sprint(job.MinPids)},
+		{c.maxCPUs == 0, "--max-cpus", fmt.Sprint(job.MinCPUs)},
+		{c.maxJobTimeout == 0, "--max-job-timeout", "1s"},
+	} {
+		if z.zero {
+			probs = append(probs, fmt.Sprintf("%s: 0 is out of range; allowed %s or more", z.flag, z.a))
+		}
+	}
+	var ce *job.CapsError
+	if err := c.caps().Validate(); errors.As(err, &ce) {
+		for _, f := range ce.Fields {
+			name, ok := capsFlag[f.Field]
+			if !ok {
+				name = "caps " + f.Field // a default no flag sets
+			}
+			probs = append(probs, name+": "+f.Message)
+		}
+	} else if err != nil {
+		probs = append(probs, err.Error())
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("invalid operator caps: %s", strings.Join(probs, "; "))
+	}
+	return nil
+}
+
+// checkStart validates a service's flags before it connects to anything:
+// the caps, the service URLs and, for a worker, the heal flags.
+func checkStart(g *globals, cf *capsFlags, hf *healFlags) error {
+	errs := []error{cf.validate(), checkNATSURL(g.natsURL)}
+	if _, err := redisOptions(g.redisURL); err != nil {
+		errs = append(errs, err)
+	}
+	if hf != nil {
+		errs = append(errs, hf.check())
+	}
+	return errors.Join(errs...)
 }
 
 // queueWeights gives the --queues order as asynq weights (first highest).
@@ -140,6 +246,8 @@ type workerFlags struct {
 	volumeRoot      string
 	leaseTTL        time.Duration
 	lockWait        time.Duration
+	runDir          string
+	watchdog        time.Duration
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -157,6 +265,8 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.volumeRoot, "volume-root", "", "directory holding shared volumes (a shared filesystem across hosts); empty disables volumes")
 	fs.DurationVar(&w.leaseTTL, "lease-ttl", 15*time.Second, "Redis lease ttl of a volume lock (a crashed holder blocks the volume this long)")
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
+	fs.StringVar(&w.runDir, "run-dir", "", "directory of the sandboxes' private control sockets; the Docker engine must see it at the same path (default $PADDOCK_RUN_DIR, else /run/paddock as root)")
+	fs.DurationVar(&w.watchdog, "watchdog", 5*time.Second, "a sandbox whose worker is silent this long kills its processes and exits")
 }
 
 func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
@@ -165,7 +275,8 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 		id = defaultWorkerID()
 	}
 	rt, err := sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
-		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(), Logger: log})
+		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
+		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -514,10 +514,14 @@ func checkOverlay(t *testing.T, b *built) {
 	require.NotEmpty(t, initPath, "worker: PADDOCK_INIT_PATH")
 	initDir := filepath.Dir(initPath)
 	assertMountedPath(t, w, initDir, "worker: the init")
+	runDir, _ := envValue(w, "PADDOCK_RUN_DIR")
+	require.NotEmpty(t, runDir, "worker: PADDOCK_RUN_DIR")
+	assertMountedPath(t, w, runDir, "worker: the sandboxes' control sockets")
 	if engine := container(pod, "engine"); engine != nil {
 		// Docker-in-Docker: the engine resolves bind sources in its own
 		// filesystem: the init must be at the same path there.
 		assertMountedPath(t, engine, initDir, "engine: the init")
+		assertMountedPath(t, engine, runDir, "engine: the control sockets")
 		assert.Contains(t, engine.Args, "--host="+dockerHost, "engine listens where DOCKER_HOST points")
 		assert.Equal(t, corev1.ContainerRestartPolicyAlways, *engine.RestartPolicy, "engine is a native sidecar")
 		assert.NotNil(t, engine.StartupProbe, "engine: a startup probe gates the next init containers")
@@ -530,6 +534,13 @@ func checkOverlay(t *testing.T, b *built) {
 			}
 		}
 		assert.True(t, found, "worker: %s must be a hostPath for the node's engine", initDir)
+		found = false
+		for _, v := range pod.Volumes {
+			if v.HostPath != nil && strings.HasPrefix(runDir, v.HostPath.Path) {
+				found = true
+			}
+		}
+		assert.True(t, found, "worker: %s must be a hostPath for the node's engine", runDir)
 	}
 	if ic := container(pod, "paddock-init"); assert.NotNil(t, ic, "an init container copies paddock-init") {
 		assert.Equal(t, "paddock/paddock", imageName(ic.Image, b), "paddock-init comes from the worker's own image")
@@ -685,7 +696,7 @@ func TestPaddockVariablesAreFlags(t *testing.T) {
 	}))
 	// Compose-level variables (image names, host paths, the worker's user)
 	// are not paddock flags.
-	composeOnly := []string{"PADDOCK_IMAGE", "PADDOCK_TOOLS_IMAGE", "PADDOCK_INIT_DIR", "PADDOCK_DOCKER_SOCK",
+	composeOnly := []string{"PADDOCK_IMAGE", "PADDOCK_TOOLS_IMAGE", "PADDOCK_INIT_DIR", "PADDOCK_DOCKER_SOCK", "PADDOCK_RUN_DIR",
 		"PADDOCK_WORKER_USER", "PADDOCK_WORKER_CONCURRENCY"}
 	for _, f := range sources {
 		data, err := os.ReadFile(f)

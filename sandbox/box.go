@@ -76,6 +76,8 @@ type box struct {
 	diag    *initproto.Tail
 	diagMu  sync.Mutex
 	used    atomic.Bool
+	// lastBeat is when this worker last wrote a heartbeat (unix ns).
+	lastBeat atomic.Int64
 }
 
 func (b *box) alive() bool {
@@ -159,6 +161,7 @@ func (b *box) heartbeat(every time.Duration) {
 			if b.send(initproto.TypeHeartbeat, nil) != nil {
 				return
 			}
+			b.lastBeat.Store(time.Now().UnixNano())
 		case <-b.closing:
 			return
 		case <-b.dead:
@@ -322,6 +325,10 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 				{Name: "nofile", Soft: r.cfg.NoFile, Hard: r.cfg.NoFile},
 				{Name: "fsize", Soft: r.cfg.FsizeBytes, Hard: r.cfg.FsizeBytes},
 				{Name: "core", Soft: 0, Hard: 0},
+				// init locks its ~2 MiB of code (paddock-init lockText).
+				{Name: "memlock", Soft: 8 << 20, Hard: 8 << 20},
+				// No process may raise its priority (init demotes the job's).
+				{Name: "nice", Soft: 0, Hard: 0},
 			},
 		},
 	}
@@ -408,6 +415,7 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		r.destroy(b)
 		return nil, infra("start container", fmt.Errorf("image %q has neither bash nor sh on the default PATH", p.Image), false)
 	}
+	b.lastBeat.Store(time.Now().UnixNano())
 	go b.heartbeat(r.cfg.HeartbeatInterval)
 	return b, nil
 }
@@ -432,9 +440,13 @@ func (r *Runtime) ended(b *box) (Reason, string, error) {
 		return "", "", infra("inspect ended container", err, true)
 	}
 	if containsAny(diag, "worker silent") {
-		// init's watchdog: this worker stopped talking (stopped, starved),
-		// which is no fault of the job.
-		return "", "", infra("run command", fmt.Errorf("the box's watchdog ended it: this worker was silent for %s (stopped or starved?)", r.cfg.Watchdog), true)
+		// init's watchdog fired. If this worker's heartbeats stopped (it
+		// was stopped or starved), that is no fault of the job. If they
+		// went on, init could not read them: the job's load starved it.
+		if silent := time.Since(time.Unix(0, b.lastBeat.Load())); silent > r.cfg.Watchdog/2 {
+			return "", "", infra("run command", fmt.Errorf("the box's watchdog ended it: this worker wrote no heartbeat for %s (stopped or starved?)", silent.Round(time.Millisecond)), true)
+		}
+		return ReasonTimeout, fmt.Sprintf("the sandbox stopped answering for %s under the job's load (a fork storm at the memory limit starves the box's init), so its watchdog killed every process", r.cfg.Watchdog), nil
 	}
 	why := "the sandbox's init ended while the command ran"
 	if diag != "" {
@@ -534,4 +546,3 @@ func shortHash(s string) string {
 	}
 	return strconv.FormatUint(h, 36)
 }
-

@@ -206,12 +206,18 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	if !w.cfg.SkipSelfTest {
-		t0 := time.Now()
-		if err := w.rt.SelfTest(ctx, w.DefaultProfile()); err != nil {
-			w.rt.Stop()
-			return err
+		// Every image a job may name: a limit that holds for one image's
+		// init may not for another's.
+		for _, img := range w.cfg.Caps.Images {
+			t0 := time.Now()
+			p := w.DefaultProfile()
+			p.Image = img
+			if err := w.rt.SelfTest(ctx, p); err != nil {
+				w.rt.Stop()
+				return err
+			}
+			w.log.Info("sandbox self-test passed", "image", img, "took", time.Since(t0).Round(time.Millisecond))
 		}
-		w.log.Info("sandbox self-test passed", "image", w.DefaultProfile().Image, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	if err := w.hb.Start(ctx); err != nil {
 		w.rt.Stop()

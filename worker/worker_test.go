@@ -56,7 +56,21 @@ func newStack(t *testing.T, mod func(*worker.Config)) *stack {
 	})
 }
 
+// newStackSandbox is newStack with the sandbox runtime's config changed
+// by smod too.
+func newStackSandbox(t *testing.T, mod func(*worker.Config), smod func(*sandbox.Config)) *stack {
+	return newStackFull(t, func(c *worker.Config, _ *redis.Client) {
+		if mod != nil {
+			mod(c)
+		}
+	}, smod)
+}
+
 func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack {
+	return newStackFull(t, mod, nil)
+}
+
+func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod func(*sandbox.Config)) *stack {
 	t.Helper()
 	d := testsvc.Docker(t)
 	testsvc.RequireImage(t, d, testsvc.TestImage)
@@ -97,7 +111,11 @@ func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack
 	if wrapDocker != nil {
 		dc = wrapDocker(d)
 	}
-	rt, err := sandbox.New(dc, sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1})
+	scfg2 := sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1}
+	if smod != nil {
+		smod(&scfg2)
+	}
+	rt, err := sandbox.New(dc, scfg2)
 	require.NoError(t, err)
 	w, err := worker.New(rdb, rt, store, cfg)
 	require.NoError(t, err)

@@ -33,7 +33,10 @@ func probe() initproto.Facts {
 	if d, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_GET_DUMPABLE, 0, 0); e == 0 {
 		f.Dumpable = int(d)
 	}
-	f.RootWritable = canCreate("/.paddock-probe")
+	// The mount's own flag: a root-owned / would refuse the box's user a
+	// new file even on a writable root filesystem.
+	var root syscall.Statfs_t
+	f.RootWritable = syscall.Statfs("/", &root) != nil || root.Flags&1 == 0 // ST_RDONLY
 	f.TmpWritable = canCreate("/tmp/.paddock-probe")
 	f.TmpBytes = -1
 	var st syscall.Statfs_t

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paddockhq/paddock/internal/streamfull"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -372,41 +373,10 @@ func publishErr(id string, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		return &NoStreamError{Stream: job.StreamJobs, Err: err}
 	}
-	if streamFull(err) {
+	if streamfull.Is(err) {
 		return &StreamFullError{Stream: job.StreamJobs, ID: id, Err: err}
 	}
 	return fmt.Errorf("client: submit %s: %w", id, err)
-}
-
-// JetStream API error codes of a refused publish (nats-server
-// jetstream_errors_generated.go); results.IsStreamFull is the same test on
-// the fleet side.
-const (
-	// JSStreamStoreFailedF: the store's reason is the description,
-	// "maximum bytes exceeded" (or "maximum messages exceeded") when a
-	// DiscardNew stream is full.
-	errCodeStoreFailed jetstream.ErrorCode = 10077
-	// JSInsufficientResourcesErr and JSStorageResourcesExceededErr: the
-	// server's or account's JetStream storage is used up.
-	errCodeInsufficientResources jetstream.ErrorCode = 10023
-	errCodeStorageExceeded       jetstream.ErrorCode = 10047
-)
-
-// streamFull reports whether err is JetStream refusing a publish for lack
-// of room.
-func streamFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case errCodeStoreFailed:
-		d := strings.ToLower(apiErr.Description)
-		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
-	case errCodeInsufficientResources, errCodeStorageExceeded:
-		return true
-	}
-	return false
 }
 
 func (c *Client) propagator() propagation.TextMapPropagator {

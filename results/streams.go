@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paddockhq/paddock/internal/streamfull"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -189,36 +189,9 @@ func sameManaged(have, want jetstream.StreamConfig) bool {
 		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes
 }
 
-// JetStream API error codes of a refused publish (nats-server
-// jetstream_errors_generated.go; nats.go names only some of them).
-const (
-	// errCodeStoreFailed (JSStreamStoreFailedF) carries the store's reason
-	// as its description: "maximum bytes exceeded" and "maximum messages
-	// exceeded" when a DiscardNew stream is full.
-	errCodeStoreFailed jetstream.ErrorCode = 10077
-	// errCodeInsufficientResources (JSInsufficientResourcesErr): the
-	// server's or account's JetStream storage (max_file_store) is used up.
-	errCodeInsufficientResources jetstream.ErrorCode = 10023
-	// errCodeStorageExceeded (JSStorageResourcesExceededErr): likewise.
-	errCodeStorageExceeded jetstream.ErrorCode = 10047
-)
-
 // IsStreamFull reports whether err is JetStream refusing a publish because
 // the stream reached its MaxBytes (or MaxMsgs) with DiscardNew, or because
 // the server's JetStream storage is used up. Such a publish stored nothing;
 // it can succeed later, once space is freed. (client.ErrStreamFull is the
-// same test on the submitting side.)
-func IsStreamFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case errCodeStoreFailed:
-		d := strings.ToLower(apiErr.Description)
-		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
-	case errCodeInsufficientResources, errCodeStorageExceeded:
-		return true
-	}
-	return false
-}
+// same test on the submitting side: internal/streamfull.)
+func IsStreamFull(err error) bool { return streamfull.Is(err) }

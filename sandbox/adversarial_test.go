@@ -1,15 +1,13 @@
 package sandbox
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/internal/testsvc"
 )
 
 // The adversarial suite: the code in the box knows Paddock and attacks its
@@ -17,22 +15,10 @@ import (
 // box's init is still in charge (the next command of the session runs),
 // and that the next box on the same runtime and image is unaffected.
 
-const attackDir = "/opt/attack"
-
-// attackBinary builds sandbox/internal/attack, static, into a directory
-// mounted read-only into every box of the test's runtime.
-func attackBinary(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "attack"), "./internal/attack")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "build the attack tool: %s", out)
-	return dir
-}
+const attackDir = testsvc.AttackDir
 
 func newAttackSetup(t *testing.T, mod func(*Config)) *setup {
-	dir := attackBinary(t)
+	dir := testsvc.BuildAttack(t)
 	return newSetup(t, func(c *Config) {
 		c.ExtraMounts = []Mount{{Source: dir, Target: attackDir}}
 		if mod != nil {

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -221,7 +220,11 @@ func (r *Runtime) listenControl(seq int64) (string, *net.UnixListener, error) {
 }
 
 // acceptInit accepts init's one connection, then closes and unlinks the
-// listener: no later connection is possible.
+// listener: no later connection is possible. Nothing else can have come
+// first: no job runs before init's hello, and on the host the directory is
+// private to this worker (its owner directory is 0700). The peer's uid is
+// not checked: under user-namespace remapping (rootless Docker) the worker
+// sees a mapped uid, not the box's.
 func (r *Runtime) acceptInit(ctx context.Context, ln *net.UnixListener) (*net.UnixConn, error) {
 	defer ln.Close() // unlinks the socket
 	dl, ok := ctx.Deadline()
@@ -235,35 +238,7 @@ func (r *Runtime) acceptInit(ctx context.Context, ln *net.UnixListener) (*net.Un
 	if err != nil {
 		return nil, err
 	}
-	if uid, _, ok := numericUser(r.cfg.User); ok {
-		if err := checkPeer(conn, uid); err != nil {
-			conn.Close()
-			return nil, err
-		}
-	}
 	return conn, nil
-}
-
-// checkPeer refuses a connection from any uid but the box's.
-func checkPeer(c *net.UnixConn, uid string) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return cerr
-	}
-	if strconv.FormatUint(uint64(cred.Uid), 10) != uid {
-		return fmt.Errorf("control connection from uid %d, want %s", cred.Uid, uid)
-	}
-	return nil
 }
 
 // startBox creates, attaches and starts a container for p, accepts init's
@@ -325,8 +300,6 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 				{Name: "nofile", Soft: r.cfg.NoFile, Hard: r.cfg.NoFile},
 				{Name: "fsize", Soft: r.cfg.FsizeBytes, Hard: r.cfg.FsizeBytes},
 				{Name: "core", Soft: 0, Hard: 0},
-				// init locks its ~2 MiB of code (paddock-init lockText).
-				{Name: "memlock", Soft: 8 << 20, Hard: 8 << 20},
 				// No process may raise its priority (init demotes the job's).
 				{Name: "nice", Soft: 0, Hard: 0},
 			},
@@ -450,15 +423,19 @@ func (r *Runtime) ended(b *box) (Reason, string, error) {
 	}
 	why := "the sandbox's init ended while the command ran"
 	if diag != "" {
-		why += " (init: " + diag + ")"
+		last := diag[max(0, len(diag)-300):]
+		why += " (init's last words: " + strings.ToValidUTF8(last, "?") + ")"
 	}
+	// The Go runtime's last words when the kernel refused it: a thread it
+	// could not create (clone: EAGAIN from the pids cgroup, ENOMEM from the
+	// memory cgroup) or memory it could not map.
 	switch {
 	case err == nil && res.Container.State != nil && res.Container.State.OOMKilled:
 		return ReasonOOM, why + "; the container's memory limit was reached", nil
-	case containsAny(diag, "failed to create new OS thread", "pthread_create failed", "resource temporarily unavailable", "cannot allocate memory") && !containsAny(diag, "out of memory"):
+	case containsAny(diag, "errno=12", "cannot allocate memory", "out of memory"):
+		return ReasonOOM, why + "; the job took all of its memory", nil
+	case containsAny(diag, "failed to create new OS thread", "pthread_create failed", "errno=11", "resource temporarily unavailable"):
 		return ReasonPidsLimit, why + "; the job took every process slot", nil
-	case containsAny(diag, "out of memory"):
-		return ReasonOOM, why, nil
 	}
 	return ReasonSignal, why, nil
 }

@@ -47,7 +47,7 @@ fi
 # with the Redis command rate of an idle worker. BENCH_E2E=0 skips it.
 if [[ "${BENCH_E2E:-1}" != 0 ]]; then
 	log "e2e_idle: idle fleet, submit → result (about 2 minutes)"
-	PADDOCK_E2E_IDLE=1 PADDOCK_E2E_OUT="${out}/e2e_idle.json" \
+	PADDOCK_E2E_IDLE=1 PADDOCK_E2E_OUT="$(realpath -m "${out}")/e2e_idle.json" \
 		go test -count=1 -v -run 'TestE2EIdle' ./internal/faulttest/ 2>&1 | grep -E 'interval|p50|cmds|PASS|FAIL|ok' || true
 	[[ -f "${out}/e2e_idle.json" ]] && log "wrote ${out}/e2e_idle.json"
 fi

@@ -3,9 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/sandbox"
 )
@@ -23,20 +21,10 @@ import (
 // on the same worker and image is unaffected, and that no container of the
 // job survives it.
 
-const attackDir = "/opt/attack"
-
-func buildAttack(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "attack"), "github.com/paddockhq/paddock/sandbox/internal/attack")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "build the attack tool: %s", out)
-	return dir
-}
+const attackDir = testsvc.AttackDir
 
 func TestAdversarial(t *testing.T) {
-	dir := buildAttack(t)
+	dir := testsvc.BuildAttack(t)
 	s := newStackSandbox(t, nil, func(c *sandbox.Config) {
 		c.ExtraMounts = []sandbox.Mount{{Source: dir, Target: attackDir}}
 		c.OutputKillBytes = 256 << 20

@@ -71,7 +71,7 @@ func writeSVG(path string, rep *report, res []*result) error {
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" fill="#c05a00">p50 %s ms</text>`+"\n", width-right+10, y+39, fmtMS(s.SatP50))
 		if strings.HasPrefix(r.sc.name, "paddock") {
 			if h, ok := rep.Scenarios["host"]; ok && h.P50 > 0 {
-				drawTarget(&b, x(2*h.P50), y+2, y+latRow-2, "target ≤ 2× host p50", true, true)
+				drawTarget(&b, x(1.5*h.P50), y+2, y+latRow-2, "target ≤ 1.5× host p50", true, true)
 			}
 		}
 	}

@@ -144,7 +144,7 @@ func buildReport(res []*result, o options, m meta) *report {
 	}
 	if p, ok := rep.Scenarios["paddock"]; ok {
 		if hasHost {
-			rep.Targets = append(rep.Targets, target{Name: "paddock p50 ≤ 2 × host p50 (ms)", Value: p.P50, Limit: finite(2 * host.P50), Pass: p.P50 <= 2*host.P50})
+			rep.Targets = append(rep.Targets, target{Name: "paddock p50 ≤ 1.5 × host p50 (ms)", Value: p.P50, Limit: finite(1.5 * host.P50), Pass: p.P50 <= 1.5*host.P50})
 		}
 		if hasRaw {
 			rep.Targets = append(rep.Targets, target{Name: "paddock jobs/s ≥ 0.9 × engine_raw", Value: p.JobsPerS, Limit: finite(0.9 * raw.JobsPerS), Pass: p.JobsPerS >= 0.9*raw.JobsPerS})
@@ -154,7 +154,7 @@ func buildReport(res []*result, o options, m meta) *report {
 		}
 	}
 	if p, ok := rep.Scenarios["paddock_bash"]; ok && hasHost { // informational: the Script (bash) path
-		rep.Targets = append(rep.Targets, target{Name: "(info) paddock_bash p50 ≤ 2 × host p50 (ms)", Value: p.P50, Limit: finite(2 * host.P50), Pass: p.P50 <= 2*host.P50})
+		rep.Targets = append(rep.Targets, target{Name: "(info) paddock_bash p50 ≤ 1.5 × host p50 (ms)", Value: p.P50, Limit: finite(1.5 * host.P50), Pass: p.P50 <= 1.5*host.P50})
 	}
 	return rep
 }

@@ -192,8 +192,10 @@ func protect() chan os.Signal {
 // data) in memory. A job thrashing at its memory limit makes the kernel
 // evict every clean file page in the cgroup, init's code among them; init
 // would then stall on page faults and look dead. Anonymous pages need no
-// lock: the box has no swap. The mappings are ~2 MiB, within the box's
-// memlock limit; failure only costs that protection.
+// lock: the box has no swap. The mappings are ~2 MiB, within Docker's
+// usual memlock limit (8 MiB, inherited from the engine; the worker sets
+// none, so that a rootless engine need not raise a hard limit); failure
+// only costs that protection.
 func lockText() {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -214,8 +216,9 @@ func lockText() {
 		if !ok || err1 != nil || err2 != nil || end <= start {
 			continue
 		}
+		// Silent on failure: init's stderr is read as its last words
+		// when a box dies (sandbox.Runtime.ended).
 		if _, _, e := syscall.Syscall(syscall.SYS_MLOCK, uintptr(start), uintptr(end-start), 0); e != 0 {
-			fmt.Fprintf(os.Stderr, "paddock-init: mlock own code: %v\n", e)
 			return
 		}
 	}

@@ -225,3 +225,20 @@ func InitMain(m *testing.M, initPath *string) {
 	}
 	os.Exit(code)
 }
+
+// AttackDir is where the adversarial tests mount the attack tool in a box.
+const AttackDir = "/opt/attack"
+
+// BuildAttack builds the static attack tool (sandbox/internal/attack) into a
+// new directory, for a sandbox.Config's ExtraMounts at AttackDir, and
+// returns the directory.
+func BuildAttack(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "attack"), "github.com/paddockhq/paddock/sandbox/internal/attack")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("build the attack tool: %v\n%s", err, out)
+	}
+	return dir
+}

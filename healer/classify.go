@@ -143,6 +143,7 @@ var (
 // non-executable command, which one. It reads o.Reason first (limits the
 // sandbox enforced beat the exit code), then the exit code, then stderr.
 func Classify(o Outcome) Failure {
+	o.Stderr = classifyView(o.Stderr)
 	f := Failure{ExitCode: o.ExitCode, Reason: o.Reason}
 	if f.Reason == "" {
 		f.Reason = job.ReasonExitNonzero
@@ -217,10 +218,31 @@ func cleanName(s string) string {
 }
 
 // stderrLines returns the non-empty lines of s, without "\r".
+// Bounds of what Classify reads of stderr: its first and last
+// classifyEnds bytes, lines cut at classifyLine bytes. The job controls
+// stderr (up to its output cap, 16 MiB); the classifier's regexps must not
+// cost the worker seconds of CPU for a flood. A shell's own report is short
+// and sits at the start or the end.
+const (
+	classifyEnds = 32 << 10
+	classifyLine = 2 << 10
+)
+
+// classifyView is s, or its two ends when s is longer than 2×classifyEnds.
+func classifyView(s string) string {
+	if len(s) <= 2*classifyEnds {
+		return s
+	}
+	return s[:classifyEnds] + "\n" + s[len(s)-classifyEnds:]
+}
+
 func stderrLines(s string) []string {
 	var out []string
 	for line := range strings.SplitSeq(s, "\n") {
 		line = strings.TrimRight(line, "\r \t")
+		if len(line) > classifyLine {
+			line = line[:classifyLine]
+		}
 		if line != "" {
 			out = append(out, line)
 		}

@@ -1,6 +1,7 @@
 package healer_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -121,4 +122,22 @@ func TestFailureString(t *testing.T) {
 	assert.Equal(t, `exit 127: "jq" not found`, healer.Failure{Kind: healer.KindMissingCommand, ExitCode: 127, Binary: "jq"}.String())
 	assert.Equal(t, "pids_limit", healer.Failure{Kind: healer.KindResourceKill, Reason: job.ReasonPidsLimit, ExitCode: -1}.String())
 	assert.Equal(t, `exit 2: "grep: bad"`, healer.Failure{Kind: healer.KindFailed, ExitCode: 2, Line: "grep: bad"}.String())
+}
+
+// TestClassifyFloodedStderr: a job's stderr of megabytes of garbage is read
+// at its two ends only, so a shell's report at the end is still found, and
+// an error-looking line in the middle of the flood is not what explains it.
+func TestClassifyFloodedStderr(t *testing.T) {
+	t.Parallel()
+	junk := strings.Repeat("\x01\xff garbage without a newline ", 200_000) // ~5 MiB
+	f := healer.Classify(healer.Outcome{ExitCode: 127, Reason: job.ReasonExitNonzero,
+		Stderr: junk + "\nerror: in the middle\n" + junk + "\nbash: line 1: frobnicate: command not found\n"})
+	assert.Equal(t, healer.KindMissingCommand, f.Kind)
+	assert.Equal(t, "frobnicate", f.Binary)
+	assert.Equal(t, "bash: line 1: frobnicate: command not found", f.Line)
+
+	f = healer.Classify(healer.Outcome{ExitCode: 1, Reason: job.ReasonExitNonzero, Stderr: junk + "\nerror: in the middle\n" + junk})
+	assert.Equal(t, healer.KindFailed, f.Kind)
+	assert.NotContains(t, f.Line, "in the middle")
+	assert.LessOrEqual(t, len(f.Line), 2<<10, "a line is cut at 2 KiB")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"sync"
 	"syscall"
@@ -235,9 +236,12 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 		}
 		return Outcome{}, err
 	}
-	argv := cmd.Argv
+	argv, path := cmd.Argv, ""
 	if argv == nil {
-		argv = []string{s.shell(), "-c", cmd.Script}
+		// The box's own shell, by the path init found; argv[0] is its
+		// name, so that its messages read "bash: …" as agents expect.
+		path = s.shell()
+		argv = []string{filepath.Base(path), "-c", cmd.Script}
 	}
 	timeout := cmd.Timeout
 	if timeout <= 0 {
@@ -253,7 +257,7 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 	}
 	s.reqID++
 	req := initproto.Request{
-		ID: s.reqID, Argv: argv, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
+		ID: s.reqID, Argv: argv, Path: path, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
 		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: s.r.cfg.OutputKillBytes,
 	}
 	payload, err := json.Marshal(req)

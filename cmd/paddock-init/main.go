@@ -298,7 +298,10 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 	var tails [2][]byte
 	oom0, pids0 := cgroupCounters()
 
-	path, err := lookPath(req.Argv, req.Env)
+	path, err := req.Path, error(nil)
+	if path == "" {
+		path, err = lookPath(req.Argv, req.Env)
+	}
 	if err != nil {
 		exit.ExitCode, exit.StartErr = 127, err.Error()
 		exit.DurationNS = int64(time.Since(start))

@@ -66,8 +66,12 @@ var ErrProtocol = errors.New("initproto: protocol error")
 
 // Request asks init to run one command.
 type Request struct {
-	ID        int      `json:"id"`
-	Argv      []string `json:"argv"`
+	ID   int      `json:"id"`
+	Argv []string `json:"argv"`
+	// Path, when set, is the executable to run with Argv (e.g. the box's
+	// own /usr/bin/bash with argv[0] "bash"); else Argv[0] is looked up
+	// in the command's PATH.
+	Path      string   `json:"path,omitempty"`
 	Env       []string `json:"env"`
 	Dir       string   `json:"dir,omitempty"`
 	TimeoutMS int64    `json:"timeout_ms"`

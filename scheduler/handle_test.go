@@ -73,7 +73,7 @@ func TestEnqueuesValidJob(t *testing.T) {
 	assert.Contains(t, tp2, sched.SpanContext().SpanID().String(), "the task's parent is the schedule span")
 	attrs := map[string]string{}
 	for _, kv := range sched.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	assert.Equal(t, "valid-1", attrs["paddock.job.id"])
 	assert.Equal(t, "other", attrs["paddock.queue"])

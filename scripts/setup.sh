@@ -33,8 +33,13 @@ readonly LOCK_FILE=/run/lock/paddock-setup.lock
 #   docker-compose  the Compose fleet test (deploy/compose_test.go) and `make compose-up`
 #   cgroupfs-mount  mounts cgroups on hosts without systemd (as Debian's
 #                   /etc/init.d/docker does)
+#   gcc libc6-dev   cgo, which `go test -race` (make test) needs
 readonly BASE_PACKAGES=(docker.io docker-compose redis-server busybox-static bash-static mmdebstrap
-	ca-certificates cgroupfs-mount)
+	ca-certificates cgroupfs-mount gcc libc6-dev)
+
+# The Go toolchain is not a Debian package of the right version: it is
+# checked, not installed.
+readonly GO_MIN_MINOR=26
 
 log() { printf 'setup: %s\n' "$*"; }
 die() {
@@ -198,8 +203,22 @@ check_docker() {
 	fi
 }
 
+# check_go fails with what to do when go is missing or older than 1.26.
+check_go() {
+	local v
+	if ! v=$(go env GOVERSION 2>/dev/null); then
+		die "go not found on PATH: install Go 1.${GO_MIN_MINOR} or newer from the Go project's downloads into /usr/local/go (the Makefile adds /usr/local/go/bin to PATH)"
+	fi
+	local minor=${v#go1.}
+	minor=${minor%%[.a-z]*}
+	if [[ ! ${minor} =~ ^[0-9]+$ ]] || ((minor < GO_MIN_MINOR)); then
+		die "${v} is too old: Paddock needs Go 1.${GO_MIN_MINOR} or newer"
+	fi
+}
+
 main() {
 	require_root
+	check_go
 	take_lock
 	install_packages
 	start_dockerd

@@ -180,7 +180,7 @@ func attrValue(v attribute.Value) any {
 		attribute.INT64SLICE, attribute.STRINGSLICE, attribute.BYTESLICE, attribute.EMPTY:
 		return v.AsInterface() // []byte encodes as base64
 	default:
-		return v.Emit()
+		return v.String()
 	}
 }
 

@@ -96,7 +96,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	d, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	d, err := client.New(client.FromEnv)
 	if err != nil {
 		return err
 	}

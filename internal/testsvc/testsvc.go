@@ -164,7 +164,7 @@ func freePort(tb testing.TB) int {
 // engine is unreachable.
 func Docker(tb testing.TB) *client.Client {
 	tb.Helper()
-	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv)
 	if err != nil {
 		tb.Fatalf("docker client: %v", err)
 	}

@@ -522,6 +522,13 @@ func checkOverlay(t *testing.T, b *built) {
 		// filesystem: the init must be at the same path there.
 		assertMountedPath(t, engine, initDir, "engine: the init")
 		assertMountedPath(t, engine, runDir, "engine: the control sockets")
+		// The engine's memory holds every sandbox at its cap at once.
+		conc, _ := strconv.Atoi(cm.Data["PADDOCK_CONCURRENCY"])
+		maxMB, _ := strconv.Atoi(cm.Data["PADDOCK_MAX_MEMORY_MB"])
+		if lim, ok := engine.Resources.Limits[corev1.ResourceMemory]; assert.True(t, ok, "engine: a memory limit") {
+			assert.GreaterOrEqual(t, lim.Value(), int64(conc*maxMB)<<20+512<<20,
+				"engine memory %s < PADDOCK_CONCURRENCY %d x PADDOCK_MAX_MEMORY_MB %d + 512 MiB", lim.String(), conc, maxMB)
+		}
 		assert.Contains(t, engine.Args, "--host="+dockerHost, "engine listens where DOCKER_HOST points")
 		assert.Equal(t, corev1.ContainerRestartPolicyAlways, *engine.RestartPolicy, "engine is a native sidecar")
 		assert.NotNil(t, engine.StartupProbe, "engine: a startup probe gates the next init containers")
@@ -585,6 +592,7 @@ func checkOverlay(t *testing.T, b *built) {
 		queues = strings.Split(q, ",")
 	}
 	concurrency, _ := strconv.Atoi(cm.Data["PADDOCK_CONCURRENCY"])
+	covered := map[string]bool{}
 	for _, tr := range so.Spec.Triggers {
 		allowed, ok := kedaMetadataKeys[tr.Type]
 		require.True(t, ok, "trigger type %q has no metadata key list here", tr.Type)
@@ -596,15 +604,24 @@ func checkOverlay(t *testing.T, b *built) {
 			m := regexp.MustCompile(`^asynq:\{([^}]+)\}:(pending|active)$`).FindStringSubmatch(tr.Metadata["listName"])
 			if assert.NotNil(t, m, "trigger %s: listName %q is no asynq v0.26 list (asynq:{QUEUE}:pending|active)", tr.Name, tr.Metadata["listName"]) {
 				assert.Contains(t, queues, m[1], "trigger %s: queue", tr.Name)
+				covered[m[2]+" "+m[1]] = true
 				if m[2] == "active" {
 					assert.Equal(t, strconv.Itoa(concurrency), tr.Metadata["listLength"], "trigger %s: active target = PADDOCK_CONCURRENCY", tr.Name)
 				}
 			}
 			assert.Contains(t, tr.Metadata["address"], "redis."+namespaceOf(b)+".svc", "trigger %s: KEDA resolves the address from its own namespace", tr.Name)
 		case "prometheus":
+			for _, q := range queues { // the query sums over every queue
+				covered["pending "+q], covered["active "+q] = true, true
+			}
 			assert.Contains(t, tr.Metadata["query"], "paddock_queue_pending")
 			assert.Equal(t, strconv.Itoa(concurrency), tr.Metadata["threshold"], "threshold = PADDOCK_CONCURRENCY")
 		}
+	}
+	// Work waiting or running in any queue scales the workers.
+	for _, q := range queues {
+		assert.True(t, covered["pending "+q], "no trigger on queue %s's pending tasks", q)
+		assert.True(t, covered["active "+q], "no trigger on queue %s's active tasks", q)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 var ErrInvalidCaps = errors.New("job: invalid caps")
 
 // Caps are the operator's limits and defaults. A zero field takes the
-// DESIGN.md §3 default, filled in withDefaults.
+// built-in default (docs/job-contract.md), filled in withDefaults.
 type Caps struct {
 	// Images a job may name; the first is the default image.
 	Images []string
@@ -32,7 +32,7 @@ type Caps struct {
 	DefaultCommandTimeout, MaxCommandTimeout time.Duration
 	DefaultJobTimeout, MaxJobTimeout         time.Duration
 
-	// MaxAttempts bounds heal.max_attempts (DESIGN.md §4: 3).
+	// MaxAttempts bounds heal.max_attempts (docs/healing.md: 3).
 	MaxAttempts int
 	// AllowInstall lets jobs ask for installs on exit 127.
 	AllowInstall bool
@@ -40,7 +40,7 @@ type Caps struct {
 	Volumes bool
 }
 
-// Defaults from DESIGN.md §3.
+// Defaults, as docs/job-contract.md lists them.
 const (
 	DefaultImage = "paddock/sandbox:latest"
 	DefaultQueue = "default"

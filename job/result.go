@@ -16,7 +16,7 @@ const (
 	StateInfra     State = "infra"
 )
 
-// Reason is the one cause of a terminal state (DESIGN.md §3). The set is closed.
+// Reason is the one cause of a terminal state (docs/job-contract.md). The set is closed.
 type Reason string
 
 const (

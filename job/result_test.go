@@ -36,7 +36,7 @@ func TestReasonState(t *testing.T) {
 	assert.False(t, Reason("OK").Valid())
 	assert.Equal(t, StateFailed, Reason("new").State(), "an unknown reason is a failure")
 	assert.Equal(t, []Reason{"ok", "exit_nonzero", "timeout", "oom", "pids_limit", "output_cap", "fsize",
-		"signal", "lease_lost", "canceled", "rejected", "infra"}, Reasons, "wire values in DESIGN.md order")
+		"signal", "lease_lost", "canceled", "rejected", "infra"}, Reasons, "wire values in docs/job-contract.md order")
 }
 
 func TestResultFinish(t *testing.T) {

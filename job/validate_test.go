@@ -13,7 +13,7 @@ import (
 )
 
 // fuzzCaps enable every optional feature so that fixed rules, not the
-// operator's switches, decide; the defaults of DESIGN.md §3 apply otherwise.
+// operator's switches, decide; the built-in defaults (docs/job-contract.md) apply otherwise.
 var fuzzCaps = Caps{AllowInstall: true, Volumes: true}
 
 func decodeAndValidate(doc string, caps Caps) (Effective, error) {

@@ -56,7 +56,7 @@ var chaosCanary = func() string {
 	return v
 }()
 
-// deflt is the operator's default profile (DESIGN.md §3) on the test image.
+// deflt is the operator's default profile (README, Sandbox defaults) on the test image.
 var deflt = Profile{Image: testsvc.TestImage}
 
 const (

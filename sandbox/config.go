@@ -15,7 +15,7 @@ import (
 var ErrConfig = errors.New("sandbox: invalid config")
 
 // Config is the operator's sandbox configuration. Zero fields take the
-// defaults of DESIGN.md §3, filled in withDefaults.
+// defaults of the README's Sandbox defaults, filled in withDefaults.
 type Config struct {
 	// Owner identifies this worker in container labels (reaper ownership).
 	Owner string

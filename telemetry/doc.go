@@ -2,7 +2,7 @@
 // context between processes.
 //
 // One trace per job runs from the client's submit through the scheduler and
-// the asynq queue to every attempt in the container (DESIGN.md §7):
+// the asynq queue to every attempt in the container (docs/telemetry.md):
 //
 //   - [Setup] builds a TracerProvider and a MeterProvider from the standard
 //     OTEL_* environment, always attaches a Prometheus reader served by

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
@@ -33,9 +32,8 @@ const (
 type Option func(*options)
 
 type options struct {
-	tp   trace.TracerProvider
-	mp   metric.MeterProvider
-	prop propagation.TextMapPropagator
+	tp trace.TracerProvider
+	mp metric.MeterProvider
 }
 
 // WithTracerProvider sets the tracer provider. Default: the global one.
@@ -46,13 +44,6 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMeterProvider sets the meter provider. Default: the global one.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.mp = mp }
-}
-
-// WithPropagator sets the propagator that reads task headers. Default:
-// Propagator() (W3C tracecontext + baggage, what InjectMap writes), not the
-// global one, so a process that installed no globals still joins the trace.
-func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(o *options) { o.prop = p }
 }
 
 // AsynqMiddleware returns asynq middleware that continues the trace found in
@@ -71,7 +62,7 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // "deadline_exceeded" for context errors, else the error's Go type, or
 // "_OTHER" for plain errors.New values.
 func AsynqMiddleware(opts ...Option) asynq.MiddlewareFunc {
-	o := options{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider(), prop: w3c}
+	o := options{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -84,7 +75,10 @@ func AsynqMiddleware(opts ...Option) asynq.MiddlewareFunc {
 
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			ctx = o.prop.Extract(ctx, HeaderMapCarrier(t.Headers()))
+			// Always W3C (Propagator(), what InjectMap writes), not the
+			// global propagator: a process that installed no globals still
+			// joins the trace.
+			ctx = w3c.Extract(ctx, HeaderMapCarrier(t.Headers()))
 			queue, _ := asynq.GetQueueName(ctx)
 			id, _ := asynq.GetTaskID(ctx)
 			retried, _ := asynq.GetRetryCount(ctx)

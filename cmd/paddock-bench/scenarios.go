@@ -213,7 +213,7 @@ func dockerRunScenario(image, runID string) *scenario {
 }
 
 // cappedHostConfig is the container configuration of Paddock's default
-// profile (DESIGN.md §3, sandbox/box.go), without Paddock's init mount: the
+// profile (README Sandbox defaults, sandbox/box.go), without Paddock's init mount: the
 // raw engine is measured on the same containers Paddock asks for, so the
 // comparison isolates Paddock's own pipeline (pool, init, async removal).
 func cappedHostConfig() *container.HostConfig {

@@ -15,7 +15,7 @@ import (
 
 // TestKill9WorkerMidJob: a worker killed with SIGKILL while it runs a job.
 //
-// Timeline (asynq v0.26 facts, DESIGN.md §6):
+// Timeline (asynq v0.26 facts, docs/reliability.md):
 //
 //	T0         kill -9: the worker's attach connections close; Docker
 //	           closes each container's stdin, paddock-init reads EOF (also

@@ -24,7 +24,7 @@ var ErrNoCanceler = errors.New("client: no scheduler answers cancel requests: st
 // means the request may not have been carried out and retrying is safe.
 // Without a ctx deadline, PublishTimeout applies.
 func (c *Client) Cancel(ctx context.Context, id string) (job.CancelReply, error) {
-	if err := checkID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return job.CancelReply{}, err
 	}
 	if _, ok := ctx.Deadline(); !ok {

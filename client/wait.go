@@ -22,7 +22,7 @@ const waitChunk = 1000
 // ErrNotFinished when there is none (yet). It reads the last message on
 // job.ResultSubject(id) with a direct get (any stream replica answers).
 func (c *Client) Get(ctx context.Context, id string) (job.Result, error) {
-	if err := checkID(id); err != nil {
+	if err := job.CheckID(id); err != nil {
 		return job.Result{}, err
 	}
 	st, err := c.resultsStream(ctx)
@@ -93,7 +93,7 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, progress func(done, 
 	pending := make(map[string][]int, len(ids))
 	var subjects []string
 	for i, id := range ids {
-		if err := checkID(id); err != nil {
+		if err := job.CheckID(id); err != nil {
 			return out, err
 		}
 		if _, ok := pending[id]; !ok {
@@ -206,15 +206,6 @@ func (c *Client) deleteConsumer(cons jetstream.Consumer) {
 	}
 }
 
-func checkID(id string) error {
-	if !job.ValidID(id) {
-		if len(id) > 40 {
-			id = id[:40] + "…"
-		}
-		return &job.ValidationError{Fields: []job.FieldError{{Field: "id", Message: fmt.Sprintf("%q must match [A-Za-z0-9._-]{1,128}", id)}}}
-	}
-	return nil
-}
 
 func decodeResult(id string, data []byte) (job.Result, error) {
 	var r job.Result

@@ -98,6 +98,21 @@ func IsReservedEnv(name string) bool {
 // ValidID reports whether id has the form of a job id.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
+// idRule is what a job id must be, as error messages say it.
+const idRule = "must match [A-Za-z0-9._-]{1,128}"
+
+// CheckID returns nil for a well-formed job id, else a *ValidationError
+// (wrapping ErrInvalid) that quotes the id, cut at 40 bytes.
+func CheckID(id string) error {
+	if ValidID(id) {
+		return nil
+	}
+	if len(id) > 40 {
+		id = id[:40] + "…"
+	}
+	return &ValidationError{Fields: []FieldError{{Field: "id", Message: fmt.Sprintf("%q %s", id, idRule)}}}
+}
+
 // Validate checks s against caps and returns the effective limits. Every
 // failing field is reported, not only the first; the error wraps ErrInvalid.
 //
@@ -114,7 +129,7 @@ func Validate(s *Spec, caps Caps) (Effective, error) {
 		v.add("v", fmt.Sprintf("unsupported version %d; this server speaks version %d (0 or absent means %d)", s.V, Version, Version))
 	}
 	if s.ID != "" && !ValidID(s.ID) {
-		v.add("id", "must match [A-Za-z0-9._-]{1,128}")
+		v.add("id", idRule)
 	}
 	if v.text("command", s.Command, 1, MaxCommandBytes) && strings.Trim(s.Command, " \t\n\r\f\v") == "" {
 		v.add("command", fmt.Sprintf("must not be blank; allowed 1..%d bytes with a character other than space, tab or newline", MaxCommandBytes))

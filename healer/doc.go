@@ -1,13 +1,14 @@
-// Package healer is Paddock's self-healing loop (DESIGN.md §4): it runs a
-// job's command in the job's one container through an Executor, classifies
-// a failure, and retries with a repair, at most three command runs per job.
+// Package healer is Paddock's self-healing loop: it runs a job's command
+// in the job's one container through an Executor, classifies a failure,
+// and retries with a repair, at most three command runs per job.
 //
 // A failure is classified (Classify) as a missing command (exit 127, in
 // bash, dash, busybox, env, xargs or timeout wording, with the binary's
 // name), a command that cannot be executed (126), a resource kill
 // (timeout, oom, pids_limit, output_cap, fsize: terminal unless the job's
 // policy retries them, so a fork bomb ends as pids_limit), or another
-// failure. The repair is chosen in this order:
+// failure. The repair is chosen by a chain of repairers, the first with a
+// fix winning, in this order:
 //
 //  1. the heal memo (MemoStore, in Redis): a fix that worked for the same
 //     failure fingerprint before, replayed without calling the LLM;
@@ -30,6 +31,7 @@
 // install, rule or LLM call ("chat <model>", gen_ai.* attributes) and the
 // retry.
 //
-// The package imports only job/ of Paddock; the worker adapts its sandbox
-// session to Executor. docs/healing.md is the operator's guide.
+// The package imports only job/ and internal/redact of Paddock; the worker
+// adapts its sandbox session to Executor. docs/healing.md is the
+// operator's guide.
 package healer

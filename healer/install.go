@@ -184,7 +184,9 @@ type installData struct {
 	Source   shellWord
 }
 
-// installer renders the install command for one missing binary.
+// installer is the install link of the repair chain: for a missing
+// command it renders the installer template for the binary's packages and
+// runs it in the job's container, then the same command again.
 type installer struct {
 	tmpl       *template.Template
 	packages   map[string][]string
@@ -192,10 +194,16 @@ type installer struct {
 	mappedOnly bool
 	prefix     string
 	source     string
+
+	timeout            time.Duration     // Config.InstallTimeout
+	runEnv, installEnv map[string]string // Config.RunEnv, Config.InstallEnv
+	tracer             trace.Tracer
+	stats              *Stats
 }
 
-func newInstaller(text string, overrides map[string][]string, mappedOnly bool, prefix, source string) (*installer, error) {
-	tmpl, err := template.New("installer").Option("missingkey=error").Parse(text)
+// newInstaller returns the installer of cfg (already with defaults).
+func newInstaller(cfg Config, stats *Stats) (*installer, error) {
+	tmpl, err := template.New("installer").Option("missingkey=error").Parse(cfg.Installer)
 	if err != nil {
 		return nil, fmt.Errorf("%w: installer template: %v", ErrConfig, err)
 	}
@@ -203,7 +211,7 @@ func newInstaller(text string, overrides map[string][]string, mappedOnly bool, p
 	for _, n := range noInstall {
 		disabled[n] = true
 	}
-	for bin, pkgs := range overrides {
+	for bin, pkgs := range cfg.Packages {
 		if !binaryName.MatchString(bin) {
 			return nil, fmt.Errorf("%w: package map key %q is not a plain command name", ErrConfig, bin)
 		}
@@ -220,7 +228,9 @@ func newInstaller(text string, overrides map[string][]string, mappedOnly bool, p
 		pk[bin] = append([]string(nil), pkgs...)
 		delete(disabled, bin) // the operator maps it: install it
 	}
-	in := &installer{tmpl: tmpl, packages: pk, disabled: disabled, mappedOnly: mappedOnly, prefix: prefix, source: source}
+	in := &installer{tmpl: tmpl, packages: pk, disabled: disabled, mappedOnly: cfg.MappedOnly,
+		prefix: cfg.Prefix, source: cfg.Source, timeout: cfg.InstallTimeout,
+		runEnv: cfg.RunEnv, installEnv: cfg.InstallEnv, tracer: cfg.Tracer, stats: stats}
 	if _, err := in.render("jq", []string{"jq", "libjq1"}); err != nil {
 		return nil, fmt.Errorf("%w: installer template: %v", ErrConfig, err)
 	}
@@ -297,27 +307,51 @@ func mergeEnv(layers ...map[string]string) map[string]string {
 	return out
 }
 
-// install runs the installer for binary in the container. ok reports
-// that the installer succeeded (the binary is now on PATH); what
-// describes the run for the notes; err is the Executor's.
-func (r *run) install(ctx context.Context, binary string, pkgs []string) (script, what string, ok bool, err error) {
+// repair installs the packages of a missing command, when the job allows
+// installs and the command was not named by its path.
+func (in *installer) repair(ctx context.Context, r *run, c *repairCase) (bool, error) {
+	if c.f.Kind != KindMissingCommand || !r.allowInstall || c.f.ExplicitPath {
+		return false, nil
+	}
+	pkgs := in.packagesFor(c.f.Binary)
+	if len(pkgs) == 0 {
+		return false, nil
+	}
+	c.action = job.ActionInstall
+	script, desc, ok, err := in.run(ctx, r, c.f.Binary, pkgs)
+	if err != nil {
+		return false, err
+	}
+	c.next.install = script
+	if !ok {
+		c.noFix(desc)
+		return false, nil
+	}
+	c.settle(Fix{Source: job.ActionInstall, Binary: c.f.Binary, Packages: pkgs}, desc+"; same command again")
+	return true, nil
+}
+
+// run runs the installer for binary in r's container. ok reports that the
+// installer succeeded (the binary is now on PATH); what describes the run
+// for the notes; err is the Executor's.
+func (in *installer) run(ctx context.Context, r *run, binary string, pkgs []string) (script, what string, ok bool, err error) {
 	list := strings.Join(pkgs, ", ")
-	script, err = r.l.inst.render(binary, pkgs)
+	script, err = in.render(binary, pkgs)
 	if err != nil { // the template was checked at New: only odd data gets here
 		return "", "install of " + list + ": " + err.Error(), false, nil
 	}
-	timeout, ok := r.budget(r.l.cfg.InstallTimeout)
+	timeout, ok := r.budget(in.timeout)
 	if !ok {
 		return "", "no time left before the job deadline to install " + list, false, nil
 	}
-	ctx, span := r.l.cfg.Tracer.Start(ctx, "paddock.install", trace.WithAttributes(
+	ctx, span := in.tracer.Start(ctx, "paddock.install", trace.WithAttributes(
 		attribute.String("paddock.heal.binary", binary),
 		attribute.StringSlice("paddock.heal.packages", pkgs),
 		attribute.Int64("paddock.command.timeout_ms", timeout.Milliseconds()),
 	))
 	defer span.End()
 	r.installed = true // even a failed install may have unpacked something
-	out, err := r.ex.Exec(ctx, Command{Script: script, Timeout: timeout, Env: mergeEnv(r.l.cfg.RunEnv, r.l.cfg.InstallEnv)})
+	out, err := r.ex.Exec(ctx, Command{Script: script, Timeout: timeout, Env: mergeEnv(in.runEnv, in.installEnv)})
 	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), attribute.String("paddock.job.reason", string(out.Reason)))
 	if err != nil {
 		span.RecordError(err)
@@ -326,7 +360,7 @@ func (r *run) install(ctx context.Context, binary string, pkgs []string) (script
 	}
 	took := out.Duration.Round(time.Millisecond)
 	if out.Reason != job.ReasonOK {
-		r.l.stats.InstallFailures.Add(1)
+		in.stats.InstallFailures.Add(1)
 		span.SetStatus(codes.Error, "installer failed")
 		r.log.Info("install failed", "binary", binary, "packages", pkgs, "exit", out.ExitCode, "reason", out.Reason, "stderr", tail(out.Stderr, 512))
 		why := Failure{Kind: KindFailed, ExitCode: out.ExitCode, Reason: out.Reason, Line: lastLine(out.Stderr)}
@@ -335,7 +369,7 @@ func (r *run) install(ctx context.Context, binary string, pkgs []string) (script
 		}
 		return script, fmt.Sprintf("install of %s failed (%s)", list, why), false, nil
 	}
-	r.l.stats.Installs.Add(1)
+	in.stats.Installs.Add(1)
 	r.log.Info("installed", "binary", binary, "packages", pkgs, "took", took)
 	return script, fmt.Sprintf("installed %s in %s", list, took), true, nil
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/internal/redact"
+	"github.com/paddockhq/paddock/job"
 )
 
 // LLMConfig configures the LLM repairer: an OpenAI-compatible
@@ -191,21 +192,43 @@ type usage struct {
 	Estimated            bool
 }
 
-// llmRepairer asks the chat-completions endpoint for one corrected command.
+// llmRepairer is the last link of the repair chain: in llm mode it asks
+// the chat-completions endpoint for one corrected command.
 type llmRepairer struct {
-	cfg    *LLMConfig
+	cfg    *LLMConfig // with defaults; nil: no LLM on this worker
 	tracer trace.Tracer
+	stats  *Stats
+	warn   *warnLimiter
+}
+
+// repair retries with the command the LLM proposes, for a job in llm mode.
+func (m *llmRepairer) repair(ctx context.Context, r *run, c *repairCase) (bool, error) {
+	switch {
+	case r.mode != job.HealLLM:
+		return false, nil
+	case m.cfg == nil:
+		c.noFix("no LLM configured on this worker")
+		return false, nil
+	}
+	c.action = job.ActionLLM
+	fixed, desc, err := m.propose(ctx, r, c.cmd, c.out, c.f)
+	if err != nil {
+		c.noFix(desc)
+		return false, nil
+	}
+	c.settle(Fix{Source: job.ActionLLM, Command: fixed}, desc)
+	return true, nil
 }
 
 // buildMessages returns the two messages of a repair request: the fixed
 // system prompt and the failure as delimited, JSON-encoded data. Go's
 // JSON encoder escapes <, > and &, so the data can never close the
 // <failure> element early.
-func (r *llmRepairer) buildMessages(cmd string, o Outcome, f Failure, previous []string) ([]chatMessage, error) {
+func (m *llmRepairer) buildMessages(cmd string, o Outcome, f Failure, previous []string) ([]chatMessage, error) {
 	d := failureData{
 		Command: cmd, ExitCode: o.ExitCode, Reason: string(f.Reason),
-		StderrTail:       tail(o.Stderr, r.cfg.StderrTailBytes),
-		StdoutTail:       tail(o.Stdout, r.cfg.StdoutTailBytes),
+		StderrTail:       tail(o.Stderr, m.cfg.StderrTailBytes),
+		StdoutTail:       tail(o.Stdout, m.cfg.StdoutTailBytes),
 		PreviousCommands: append([]string{}, previous...),
 	}
 	data, err := json.MarshalIndent(d, "", "  ")
@@ -217,25 +240,25 @@ func (r *llmRepairer) buildMessages(cmd string, o Outcome, f Failure, previous [
 	return []chatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: user}}, nil
 }
 
-// repair makes one call. left is the job's remaining token budget;
-// tried reports a command already run for the job (refused again).
-func (r *llmRepairer) repair(ctx context.Context, msgs []chatMessage, left int, tried func(string) bool) (string, usage, error) {
+// ask makes one call. left is the job's remaining token budget; tried
+// reports a command already run for the job (refused again).
+func (m *llmRepairer) ask(ctx context.Context, msgs []chatMessage, left int, tried func(string) bool) (string, usage, error) {
 	if left <= 0 {
 		return "", usage{}, ErrTokenBudget
 	}
-	req := chatRequest{Model: r.cfg.Model, Messages: msgs, MaxTokens: min(r.cfg.MaxReplyTokens, left), Temperature: 0}
-	ctx, span := r.tracer.Start(ctx, "chat "+r.cfg.Model, trace.WithSpanKind(trace.SpanKindClient),
+	req := chatRequest{Model: m.cfg.Model, Messages: msgs, MaxTokens: min(m.cfg.MaxReplyTokens, left), Temperature: 0}
+	ctx, span := m.tracer.Start(ctx, "chat "+m.cfg.Model, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("gen_ai.system", "openai"),
 			attribute.String("gen_ai.provider.name", "openai"),
 			attribute.String("gen_ai.operation.name", "chat"),
-			attribute.String("gen_ai.request.model", r.cfg.Model),
+			attribute.String("gen_ai.request.model", m.cfg.Model),
 			attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),
 			attribute.Float64("gen_ai.request.temperature", 0),
-			attribute.String("server.address", hostOf(r.cfg.URL)),
+			attribute.String("server.address", hostOf(m.cfg.URL)),
 		))
 	defer span.End()
-	text, u, model, finish, err := r.call(ctx, req)
+	text, u, model, finish, err := m.call(ctx, req)
 	if model != "" {
 		span.SetAttributes(attribute.String("gen_ai.response.model", model))
 	}
@@ -257,21 +280,21 @@ func (r *llmRepairer) repair(ctx context.Context, msgs []chatMessage, left int, 
 	return text, u, err
 }
 
-func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u usage, model, finish string, err error) {
+func (m *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u usage, model, finish string, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return "", u, "", "", err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.URL+"/chat/completions", bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, m.cfg.URL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return "", u, "", "", &LLMError{Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
-	if r.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
+	if m.cfg.APIKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+m.cfg.APIKey)
 	}
-	resp, err := r.cfg.HTTPClient.Do(hreq)
+	resp, err := m.cfg.HTTPClient.Do(hreq)
 	if err != nil {
 		// Whatever the server did, the request may have been billed:
 		// count the prompt as spent.
@@ -289,7 +312,7 @@ func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 	}
 	// The body is for the worker log only (see publicError).
 	fail := func(err error) *LLMError {
-		return &LLMError{StatusCode: resp.StatusCode, Body: r.logBody(raw), Err: err}
+		return &LLMError{StatusCode: resp.StatusCode, Body: m.logBody(raw), Err: err}
 	}
 	if resp.StatusCode/100 != 2 {
 		return "", u, "", "", fail(nil)
@@ -322,9 +345,9 @@ func (r *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 // logBody is the start of a response body as the worker log may show it:
 // at most 512 bytes, valid UTF-8, the API key masked (an endpoint may
 // quote the key it refused).
-func (r *llmRepairer) logBody(raw []byte) string {
+func (m *llmRepairer) logBody(raw []byte) string {
 	b := truncate(strings.ToValidUTF8(string(raw), "?"), 512)
-	if k := r.cfg.APIKey; k != "" {
+	if k := m.cfg.APIKey; k != "" {
 		b = strings.ReplaceAll(b, k, redact.Mask)
 	}
 	return b
@@ -454,55 +477,49 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// askLLM asks the LLM for a corrected command within the job's token and
-// time budgets. The second result says what happened, for the notes,
+// propose asks the LLM for a corrected command within the job's token
+// and time budgets. The second result says what happened, for the notes,
 // whether or not a command came back.
-func (r *run) askLLM(ctx context.Context, cmd string, out Outcome, f Failure) (string, string, error) {
-	llm := r.l.llm
+func (m *llmRepairer) propose(ctx context.Context, r *run, cmd string, out Outcome, f Failure) (string, string, error) {
 	if len(cmd) > MaxCommandBytes {
 		return "", "llm: command too long to send", &ReplyError{Reason: "command too long"}
 	}
-	timeout, ok := r.budget(llm.cfg.Timeout)
+	timeout, ok := r.budget(m.cfg.Timeout)
 	if !ok {
 		return "", "llm: no time left before the job deadline", context.DeadlineExceeded
 	}
-	left := llm.cfg.MaxTokensPerJob - r.tokens
+	left := m.cfg.MaxTokensPerJob - r.res.LLMTokens
 	if left <= 0 {
 		return "", "llm: " + ErrTokenBudget.Error(), ErrTokenBudget
 	}
-	msgs, err := llm.buildMessages(cmd, out, f, r.tried)
+	msgs, err := m.buildMessages(cmd, out, f, r.tried)
 	if err != nil {
 		return "", "llm: " + err.Error(), err
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t0 := time.Now()
-	fixed, u, err := llm.repair(cctx, msgs, left, r.wasTried)
+	fixed, u, err := m.ask(cctx, msgs, left, r.wasTried)
 	took := time.Since(t0)
-	r.tokens += u.Total
 	r.res.LLMCalls++
 	r.res.LLMTokens += u.Total
-	st := &r.l.stats
-	st.LLMCalls.Add(1)
-	st.LLMTokens.Add(int64(u.Total))
-	if m := r.l.cfg.Metrics.LLM; m != nil {
-		m(ctx, u.Input, u.Output, err)
-	}
+	m.stats.LLMCalls.Add(1)
+	m.stats.LLMTokens.Add(int64(u.Total))
 	tokens := strconv.Itoa(u.Total) + " tokens"
 	if u.Estimated {
 		tokens = "~" + tokens + " (estimated: no usage reported)"
 	}
 	if err != nil {
 		if errors.Is(err, ErrBadReply) {
-			st.LLMRefused.Add(1)
+			m.stats.LLMRefused.Add(1)
 		} else if !errors.Is(err, ErrNoFix) {
-			st.LLMErrors.Add(1)
-			if !r.l.warnLimited("llm", "llm repair failed", "job", r.spec.ID, "err", err) {
+			m.stats.LLMErrors.Add(1)
+			if !m.warn.warn("llm", "llm repair failed", "job", r.spec.ID, "err", err) {
 				r.log.Debug("llm repair failed", "err", err)
 			}
 		}
 		// The note reaches the submitter: the healer's words only.
-		return "", fmt.Sprintf("llm (%s, %s, %s): %s", llm.cfg.Model, tokens, took.Round(time.Millisecond), publicError(err, timeout)), err
+		return "", fmt.Sprintf("llm (%s, %s, %s): %s", m.cfg.Model, tokens, took.Round(time.Millisecond), publicError(err, timeout)), err
 	}
-	return fixed, fmt.Sprintf("llm %s proposed a command (%s, %s)", llm.cfg.Model, tokens, took.Round(time.Millisecond)), nil
+	return fixed, fmt.Sprintf("llm %s proposed a command (%s, %s)", m.cfg.Model, tokens, took.Round(time.Millisecond)), nil
 }

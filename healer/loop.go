@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/job"
@@ -76,8 +74,6 @@ type Result struct {
 // Metrics are optional callbacks for the worker's meters; nil fields are
 // skipped. Heal has the signature of telemetry.Metrics.HealAttempt.
 type Metrics struct {
-	// Attempt is called after every command run.
-	Attempt func(ctx context.Context, action job.Action, reason job.Reason, d time.Duration)
 	// Heal is called once per repair step with the action it settled on
 	// (install, rules, llm, memo, or none) and its outcome: fixed (the
 	// retry succeeded), failed (the retry failed), no_fix (nothing to
@@ -85,8 +81,6 @@ type Metrics struct {
 	Heal func(ctx context.Context, action, outcome string)
 	// Memo is called after every memo lookup that answered.
 	Memo func(ctx context.Context, hit bool)
-	// LLM is called after every call to the LLM endpoint.
-	LLM func(ctx context.Context, inputTokens, outputTokens int, err error)
 }
 
 // Heal outcomes (span attribute paddock.heal.outcome and Metrics.Heal).
@@ -106,8 +100,8 @@ type Stats struct {
 	MemoStores, MemoDeletes                    atomic.Int64
 }
 
-// Config configures a Loop. Zero fields take the defaults of DESIGN.md §4,
-// filled in withDefaults.
+// Config configures a Loop. Zero fields take the defaults given with each
+// field, filled in withDefaults; docs/healing.md is the operator's guide.
 type Config struct {
 	// MaxAttempts bounds the command runs of a job (default 3); a job's
 	// policy may ask for fewer.
@@ -245,12 +239,10 @@ func (c Config) withDefaults() (Config, error) {
 type Loop struct {
 	cfg   Config
 	inst  *installer
-	llm   *llmRepairer
+	memo  *memoRepairer
+	chain []repairer // tried in order for every failure (run.heal)
 	log   *slog.Logger
 	stats Stats
-
-	warnMu   sync.Mutex
-	lastWarn map[string]time.Time
 }
 
 // New returns a Loop.
@@ -259,17 +251,22 @@ func New(cfg Config) (*Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	inst, err := newInstaller(cfg.Installer, cfg.Packages, cfg.MappedOnly, cfg.Prefix, cfg.Source)
-	if err != nil {
+	l := &Loop{cfg: cfg, log: cfg.Logger}
+	if l.inst, err = newInstaller(cfg, &l.stats); err != nil {
 		return nil, err
 	}
-	l := &Loop{cfg: cfg, inst: inst, log: cfg.Logger, lastWarn: map[string]time.Time{}}
 	llmCfg, err := cfg.LLM.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if llmCfg != nil {
-		l.llm = &llmRepairer{cfg: llmCfg, tracer: cfg.Tracer}
+	warn := &warnLimiter{log: cfg.Logger, last: map[string]time.Time{}}
+	l.memo = &memoRepairer{store: cfg.Memo, timeout: cfg.MemoTimeout, inst: l.inst,
+		onLookup: cfg.Metrics.Memo, stats: &l.stats, warn: warn}
+	l.chain = []repairer{
+		l.memo,
+		l.inst,
+		&ruleRepairer{rules: cfg.Rules, tracer: cfg.Tracer, stats: &l.stats},
+		&llmRepairer{cfg: llmCfg, tracer: cfg.Tracer, stats: &l.stats, warn: warn},
 	}
 	return l, nil
 }
@@ -284,368 +281,30 @@ func (l *Loop) Stats() *Stats { return &l.stats }
 // ended, container gone), returned with every attempt recorded so far;
 // a job that merely failed returns a nil error and its Result.
 func (l *Loop) Run(ctx context.Context, ex Executor, spec job.Spec, policy job.HealPolicy, cmdTimeout time.Duration) (Result, error) {
-	r := l.newRun(ctx, ex, spec, policy, cmdTimeout)
+	r := newRun(ctx, l, ex, spec, policy, cmdTimeout)
 	l.stats.Runs.Add(1)
 	return r.loop(ctx)
 }
 
-// run is one job's pass through the loop.
-type run struct {
-	l            *Loop
-	ex           Executor
-	spec         job.Spec
-	mode         job.HealMode
-	max          int
-	allowInstall bool
-	retryKills   bool
-	cmdTimeout   time.Duration
-	deadline     time.Time // zero: none
-	scope        string
-	log          *slog.Logger
-
-	res       Result
-	tried     []string // normalized commands run so far
-	installed bool     // RunEnv applies from now on
-	tokens    int      // LLM tokens spent
+// warnLimiter rate-limits the loop's warnings (the memo's and the LLM's).
+type warnLimiter struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last map[string]time.Time
 }
 
-func (l *Loop) newRun(ctx context.Context, ex Executor, spec job.Spec, p job.HealPolicy, cmdTimeout time.Duration) *run {
-	r := &run{l: l, ex: ex, spec: spec, mode: p.Mode, max: l.cfg.MaxAttempts,
-		allowInstall: p.AllowInstall, retryKills: p.RetryResourceKills, cmdTimeout: cmdTimeout,
-		log: l.log.With("job", spec.ID)}
-	if r.mode == "" {
-		r.mode = l.cfg.DefaultMode
-	}
-	if p.MaxAttempts > 0 && p.MaxAttempts < r.max {
-		r.max = p.MaxAttempts
-	}
-	if r.mode == job.HealOff {
-		r.max = 1
-	}
-	if r.cmdTimeout <= 0 {
-		r.cmdTimeout = l.cfg.CommandTimeout
-	}
-	if d, ok := ctx.Deadline(); ok {
-		r.deadline = d
-	}
-	r.scope = l.cfg.MemoScope(spec)
-	return r
-}
-
-// step is what the next attempt runs and why.
-type step struct {
-	action  job.Action
-	command string
-	install string // installer script run before it
-	note    string
-
-	// The repair being tried: its span (ended with the retry's outcome),
-	// the fix to remember if the retry succeeds, under fixKey, and
-	// memoKey when the fix came from the memo (forgotten if it fails).
-	ctx     context.Context
-	span    trace.Span
-	fix     *Fix
-	fixKey  string
-	memoKey string
-}
-
-func (r *run) loop(ctx context.Context) (Result, error) {
-	st := step{action: job.ActionInitial, command: r.spec.Command, ctx: ctx}
-	for n := 1; ; n++ {
-		out, cut, err := r.attempt(st.ctx, n, st)
-		if err != nil {
-			r.endHeal(st, OutcomeFailed)
-			return r.res, fmt.Errorf("healer: attempt %d: %w", n, err)
-		}
-		f := Classify(out)
-		if f.Kind == KindOK {
-			r.endHeal(st, OutcomeFixed)
-			r.res.Healed = n > 1
-			if r.res.Healed {
-				r.l.stats.Healed.Add(1)
-			}
-			if st.fix != nil && st.memoKey == "" {
-				r.memoPut(ctx, st.fixKey, *st.fix)
-			}
-			return r.res, nil
-		}
-		r.endHeal(st, OutcomeFailed)
-		if st.memoKey != "" {
-			r.memoDelete(ctx, st.memoKey)
-		}
-		switch {
-		case cut && f.Reason == job.ReasonTimeout:
-			r.stop("the job deadline cut the command short")
-			return r.res, nil
-		case f.Terminal(r.retryKills):
-			if f.Kind == KindResourceKill {
-				r.stop(string(f.Reason) + " is a resource kill: terminal unless heal.retry_resource_kills")
-			} else {
-				r.stop(string(f.Reason) + " is never retried")
-			}
-			return r.res, nil
-		case n >= r.max:
-			if r.max == 1 && r.mode == job.HealOff {
-				r.stop("healing is off")
-			} else {
-				r.stop("attempt limit " + strconv.Itoa(r.max) + " reached")
-			}
-			return r.res, nil
-		}
-		next, err := r.heal(ctx, st.command, out, f)
-		if err != nil {
-			return r.res, err
-		}
-		if next == nil {
-			return r.res, nil
-		}
-		st = *next
-	}
-}
-
-// attempt runs one command and records it. cut reports that the command's
-// timeout was shortened to fit the job deadline.
-func (r *run) attempt(ctx context.Context, n int, st step) (Outcome, bool, error) {
-	timeout, cut := r.cmdTimeout, false
-	if rem, ok := r.remaining(); ok && rem < timeout {
-		timeout, cut = max(rem, 100*time.Millisecond), true
-	}
-	cmd := Command{Script: st.command, Timeout: timeout}
-	if r.installed {
-		cmd.Env = maps.Clone(r.l.cfg.RunEnv) // the executor may keep or change it
-	}
-	ctx, span := r.l.cfg.Tracer.Start(ctx, "paddock.attempt", trace.WithAttributes(
-		attribute.String("paddock.job.id", r.spec.ID),
-		attribute.Int("paddock.attempt", n),
-		attribute.String("paddock.heal.action", string(st.action)),
-		attribute.String("paddock.command.sha256", commandHash(st.command)),
-		attribute.Int64("paddock.command.timeout_ms", timeout.Milliseconds()),
-	))
-	defer span.End()
-	t0 := time.Now()
-	out, err := r.ex.Exec(ctx, cmd)
-	d := time.Since(t0)
-	switch {
-	case err != nil && out.Reason == "":
-		out.Reason, out.ExitCode = job.ReasonInfra, -1
-		if ctx.Err() != nil {
-			out.Reason = job.ReasonCanceled
-		}
-	case out.Reason == "": // an executor that reports exit codes only
-		out.Reason = Classify(out).Reason
-	}
-	att := job.Attempt{
-		N: n, Action: st.action, Command: st.command, ExitCode: out.ExitCode, Reason: out.Reason,
-		StderrTail: tail(out.Stderr, 2048), Install: st.install, Note: st.note,
-		StartedAt: t0, DurationMS: d.Milliseconds(),
-	}
-	r.res.Attempts = append(r.res.Attempts, att)
-	r.res.Final, r.res.Reason = out, out.Reason
-	r.tried = append(r.tried, normalizeCommand(st.command))
-	r.l.stats.Attempts.Add(1)
-	span.SetAttributes(
-		attribute.Int("process.exit.code", out.ExitCode),
-		attribute.String("paddock.job.reason", string(out.Reason)),
-		attribute.Int64("paddock.stdout.bytes", out.StdoutBytes),
-		attribute.Int64("paddock.stderr.bytes", out.StderrBytes),
-	)
-	if fn := r.l.cfg.SpanAttributes; fn != nil {
-		span.SetAttributes(fn(out)...)
-	}
-	switch {
-	case err != nil:
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	case out.Reason != job.ReasonOK:
-		span.SetAttributes(attribute.String("error.type", string(out.Reason)))
-		span.SetStatus(codes.Error, Classify(out).String())
-	}
-	if m := r.l.cfg.Metrics.Attempt; m != nil {
-		m(ctx, st.action, out.Reason, d)
-	}
-	r.log.Debug("attempt", "n", n, "action", st.action, "exit", out.ExitCode, "reason", out.Reason, "took", d)
-	return out, cut, err
-}
-
-// stop notes on the last attempt why no other followed.
-func (r *run) stop(why string) {
-	a := &r.res.Attempts[len(r.res.Attempts)-1]
-	if a.Note != "" {
-		a.Note += "; "
-	}
-	a.Note += "stop: " + why
-}
-
-// remaining is the time left before the job deadline, less the margin.
-func (r *run) remaining() (time.Duration, bool) {
-	if r.deadline.IsZero() {
-		return 0, false
-	}
-	return time.Until(r.deadline) - r.l.cfg.Margin, true
-}
-
-// budget returns how long a repair action may take: want, shortened to
-// leave Reserve for the retry; ok is false when no useful time is left.
-func (r *run) budget(want time.Duration) (time.Duration, bool) {
-	rem, ok := r.remaining()
-	if !ok {
-		return want, true
-	}
-	left := rem - r.l.cfg.Reserve
-	if left < 100*time.Millisecond {
-		return 0, false
-	}
-	return min(want, left), true
-}
-
-func (r *run) wasTried(cmd string) bool {
-	n := normalizeCommand(cmd)
-	for _, t := range r.tried {
-		if t == n {
-			return true
-		}
-	}
-	return false
-}
-
-// heal picks the repair for a failure of cmd: the memo, an install, the
-// rules, then the LLM. It returns nil when nothing applies (after noting
-// why on the last attempt), or the error of an install's Executor.
-func (r *run) heal(ctx context.Context, cmd string, out Outcome, f Failure) (*step, error) {
-	hctx, span := r.l.cfg.Tracer.Start(ctx, "paddock.heal", trace.WithAttributes(
-		attribute.String("paddock.job.id", r.spec.ID),
-		attribute.String("paddock.heal.kind", string(f.Kind)),
-	))
-	st := &step{ctx: hctx, span: span, command: cmd}
-	giveUp := func(action, outcome, why string) (*step, error) {
-		st.action = job.Action(action)
-		r.endHeal(*st, outcome)
-		r.stop(why)
-		return nil, nil
-	}
-	if _, ok := r.budget(time.Second); !ok {
-		return giveUp("none", OutcomeNoTime, "too close to the job deadline for another attempt")
-	}
-	what := f.String()
-	action := "none"   // the last repair tried, for the span and metrics
-	var tried []string // what was tried and did not give a fix, for the notes
-	fail := func(err error) (*step, error) {
-		st.action = job.Action(action)
-		r.endHeal(*st, OutcomeFailed)
-		return nil, err
-	}
-	note := func(decision string) string {
-		return strings.Join(append([]string{what + " →"}, append(tried, decision)...), " ")
-	}
-	key := Fingerprint(r.scope, r.spec.Image, cmd, f)
-
-	// 1. The memo: a fix that worked for the same failure before.
-	if fix, ok := r.memoGet(hctx, key); ok {
-		action = string(job.ActionMemo)
-		used, why, err := r.useMemo(hctx, st, key, fix, what)
-		if err != nil {
-			return fail(err)
-		}
-		if used {
-			return st, nil
-		}
-		tried = append(tried, why+";")
-	}
-
-	// 2. An install for a missing command, when the job allows it.
-	if f.Kind == KindMissingCommand && r.allowInstall && !f.ExplicitPath {
-		if pkgs := r.l.inst.packagesFor(f.Binary); len(pkgs) > 0 {
-			action = string(job.ActionInstall)
-			script, desc, ok, err := r.install(hctx, f.Binary, pkgs)
-			if err != nil {
-				return fail(err)
-			}
-			st.install = script
-			if ok {
-				st.action = job.ActionInstall
-				st.note = note(desc + "; same command again")
-				st.fix = &Fix{Source: job.ActionInstall, Binary: f.Binary, Packages: pkgs}
-				st.fixKey = key
-				return st, nil
-			}
-			tried = append(tried, desc+";")
-		}
-	}
-
-	// 3. Deterministic rules.
-	for _, rule := range r.l.cfg.Rules {
-		fixed, ok := rule.Apply(cmd, f)
-		if !ok || strings.TrimSpace(fixed) == "" {
-			continue
-		}
-		if r.wasTried(fixed) {
-			tried = append(tried, "rule "+rule.Name+" gives a command already tried;")
-			continue
-		}
-		_, rspan := r.l.cfg.Tracer.Start(hctx, "paddock.rule", trace.WithAttributes(attribute.String("paddock.heal.rule", rule.Name)))
-		rspan.End()
-		r.l.stats.RuleRepairs.Add(1)
-		st.action, st.command = job.ActionRules, fixed
-		st.note = note("rule " + rule.Name)
-		st.fix = &Fix{Source: job.ActionRules, Command: fixed}
-		st.fixKey = key
-		return st, nil
-	}
-	if len(r.l.cfg.Rules) > 0 {
-		tried = append(tried, "no rule applies;")
-	}
-
-	// 4. The LLM.
-	switch {
-	case r.mode != job.HealLLM:
-	case r.l.llm == nil:
-		tried = append(tried, "no LLM configured on this worker;")
-	default:
-		fixed, desc, err := r.askLLM(hctx, cmd, out, f)
-		if err == nil {
-			st.action, st.command = job.ActionLLM, fixed
-			st.note = note(desc)
-			st.fix = &Fix{Source: job.ActionLLM, Command: fixed}
-			st.fixKey = key
-			return st, nil
-		}
-		tried = append(tried, desc+";")
-		return giveUp("llm", OutcomeNoFix, "no repair found: "+strings.TrimSuffix(strings.Join(tried, " "), ";"))
-	}
-	return giveUp(action, OutcomeNoFix, "no repair found: "+strings.TrimSuffix(strings.Join(tried, " "), ";"))
-}
-
-// endHeal ends a repair step's span with its outcome and reports it.
-func (r *run) endHeal(st step, outcome string) {
-	if st.span == nil {
-		return
-	}
-	action := string(st.action)
-	if action == "" {
-		action = "none"
-	}
-	st.span.SetAttributes(attribute.String("paddock.heal.action", action), attribute.String("paddock.heal.outcome", outcome))
-	if outcome != OutcomeFixed {
-		st.span.SetStatus(codes.Error, outcome)
-	}
-	st.span.End()
-	if m := r.l.cfg.Metrics.Heal; m != nil {
-		m(st.ctx, action, outcome)
-	}
-}
-
-// warnLimited logs at most one warning per kind every 30 s; it reports
-// whether it logged.
-func (l *Loop) warnLimited(kind, msg string, args ...any) bool {
-	l.warnMu.Lock()
+// warn logs at most one warning per kind every 30 s; it reports whether
+// it logged.
+func (w *warnLimiter) warn(kind, msg string, args ...any) bool {
+	w.mu.Lock()
 	now := time.Now()
-	if now.Sub(l.lastWarn[kind]) < 30*time.Second {
-		l.warnMu.Unlock()
+	if now.Sub(w.last[kind]) < 30*time.Second {
+		w.mu.Unlock()
 		return false
 	}
-	l.lastWarn[kind] = now
-	l.warnMu.Unlock()
-	l.log.Warn(msg, args...)
+	w.last[kind] = now
+	w.mu.Unlock()
+	w.log.Warn(msg, args...)
 	return true
 }
 

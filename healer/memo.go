@@ -179,87 +179,107 @@ func normalizeLine(l string) string {
 	return truncate(l, 256)
 }
 
-// useMemo turns st into a replay of a remembered fix.
-// It reports false when the fix's install failed (the entry is then
-// forgotten), with a note saying so.
-func (r *run) useMemo(ctx context.Context, st *step, key string, fix Fix, what string) (bool, string, error) {
+// memoRepairer is the first link of the repair chain: it replays a fix
+// that worked for the same failure before (see Fingerprint), and the loop
+// tells it how each retry went (put, forget). A nil store is a memo that
+// never hits.
+type memoRepairer struct {
+	store    MemoStore
+	timeout  time.Duration // each store call (Config.MemoTimeout)
+	inst     *installer    // replays a remembered install
+	onLookup func(ctx context.Context, hit bool)
+	stats    *Stats
+	warn     *warnLimiter
+}
+
+// repair turns the next step into a replay of a remembered fix. It passes
+// when the memo has no usable fix, or when the fix's install failed (the
+// entry is then forgotten).
+func (m *memoRepairer) repair(ctx context.Context, r *run, c *repairCase) (bool, error) {
+	fix, ok := m.get(ctx, r, c.key)
+	if !ok {
+		return false, nil
+	}
+	c.action = job.ActionMemo
+	st := c.next
 	done := ""
 	if len(fix.Packages) > 0 {
-		script, desc, ok, err := r.install(ctx, fix.Binary, fix.Packages)
+		script, desc, ok, err := m.inst.run(ctx, r, fix.Binary, fix.Packages)
 		if err != nil {
-			return false, "", err
+			return false, err
 		}
 		st.install = script
 		if !ok {
-			r.memoDelete(ctx, key)
-			return false, "remembered " + desc, nil
+			m.forget(ctx, c.key)
+			c.noFix("remembered " + desc)
+			return false, nil
 		}
 		done = ", " + desc
 	}
-	st.action, st.memoKey = job.ActionMemo, key
-	st.note = fmt.Sprintf("%s → remembered fix (found by %s) from the heal memo%s", what, fix.Source, done)
+	st.action, st.memoKey = job.ActionMemo, c.key
+	st.note = fmt.Sprintf("%s → remembered fix (found by %s) from the heal memo%s", c.what, fix.Source, done)
 	if fix.Command != "" {
 		st.command = fix.Command
 	}
 	st.span.SetAttributes(attribute.String("paddock.heal.action", string(st.action)))
-	return true, "", nil
+	return true, nil
 }
 
-func (r *run) memoGet(ctx context.Context, key string) (Fix, bool) {
-	m := r.l.cfg.Memo
-	if m == nil {
+// get looks key up; the fix is usable when r's policy could have found it
+// and its command was not tried yet.
+func (m *memoRepairer) get(ctx context.Context, r *run, key string) (Fix, bool) {
+	if m.store == nil {
 		return Fix{}, false
 	}
-	mctx, cancel := context.WithTimeout(ctx, r.l.cfg.MemoTimeout)
+	mctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	fix, hit, err := m.Get(mctx, key)
-	st := &r.l.stats
+	fix, hit, err := m.store.Get(mctx, key)
 	if err != nil {
-		st.MemoErrors.Add(1)
-		r.l.warnLimited("memo", "heal memo lookup failed; healing without it", "err", err)
+		m.stats.MemoErrors.Add(1)
+		m.warn.warn("memo", "heal memo lookup failed; healing without it", "err", err)
 		return Fix{}, false
 	}
 	usable := hit && fix.valid() && (fix.Command == "" || !r.wasTried(fix.Command)) &&
 		(len(fix.Packages) == 0 || r.allowInstall) &&
 		(fix.Source != job.ActionLLM || r.mode == job.HealLLM)
 	if usable {
-		st.MemoHits.Add(1)
+		m.stats.MemoHits.Add(1)
 	} else {
-		st.MemoMisses.Add(1)
+		m.stats.MemoMisses.Add(1)
 	}
-	if cb := r.l.cfg.Metrics.Memo; cb != nil {
-		cb(ctx, usable)
+	if m.onLookup != nil {
+		m.onLookup(ctx, usable)
 	}
 	return fix, usable
 }
 
-func (r *run) memoPut(ctx context.Context, key string, fix Fix) {
-	m := r.l.cfg.Memo
-	if m == nil || key == "" {
+// put remembers fix, which made the retry succeed, under key.
+func (m *memoRepairer) put(ctx context.Context, key string, fix Fix) {
+	if m.store == nil || key == "" {
 		return
 	}
 	fix.CreatedAt = time.Now().UTC()
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.l.cfg.MemoTimeout)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	defer cancel()
-	if err := m.Put(mctx, key, fix); err != nil {
-		r.l.stats.MemoErrors.Add(1)
-		r.l.warnLimited("memo", "heal memo store failed", "err", err)
+	if err := m.store.Put(mctx, key, fix); err != nil {
+		m.stats.MemoErrors.Add(1)
+		m.warn.warn("memo", "heal memo store failed", "err", err)
 		return
 	}
-	r.l.stats.MemoStores.Add(1)
+	m.stats.MemoStores.Add(1)
 }
 
-func (r *run) memoDelete(ctx context.Context, key string) {
-	m := r.l.cfg.Memo
-	if m == nil {
+// forget deletes key, a remembered fix that no longer works.
+func (m *memoRepairer) forget(ctx context.Context, key string) {
+	if m.store == nil {
 		return
 	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.l.cfg.MemoTimeout)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	defer cancel()
-	if err := m.Delete(mctx, key); err != nil {
-		r.l.stats.MemoErrors.Add(1)
-		r.l.warnLimited("memo", "heal memo delete failed", "err", err)
+	if err := m.store.Delete(mctx, key); err != nil {
+		m.stats.MemoErrors.Add(1)
+		m.warn.warn("memo", "heal memo delete failed", "err", err)
 		return
 	}
-	r.l.stats.MemoDeletes.Add(1)
+	m.stats.MemoDeletes.Add(1)
 }

@@ -1,8 +1,14 @@
 package healer
 
 import (
+	"context"
 	"regexp"
 	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paddockhq/paddock/job"
 )
 
 // Rule is one deterministic repair. Apply returns the repaired command and
@@ -39,6 +45,37 @@ func DefaultRules() []Rule {
 }
 
 var rePythonVersioned = regexp.MustCompile(`^python3\.\d+$`)
+
+// ruleRepairer is the rules link of the repair chain (Config.Rules).
+type ruleRepairer struct {
+	rules  []Rule
+	tracer trace.Tracer
+	stats  *Stats
+}
+
+// repair retries with the command of the first rule that applies and
+// gives a command not yet tried.
+func (rr *ruleRepairer) repair(ctx context.Context, r *run, c *repairCase) (bool, error) {
+	for _, rule := range rr.rules {
+		fixed, ok := rule.Apply(c.cmd, c.f)
+		if !ok || strings.TrimSpace(fixed) == "" {
+			continue
+		}
+		if r.wasTried(fixed) {
+			c.noFix("rule " + rule.Name + " gives a command already tried")
+			continue
+		}
+		_, rspan := rr.tracer.Start(ctx, "paddock.rule", trace.WithAttributes(attribute.String("paddock.heal.rule", rule.Name)))
+		rspan.End()
+		rr.stats.RuleRepairs.Add(1)
+		c.settle(Fix{Source: job.ActionRules, Command: fixed}, "rule "+rule.Name)
+		return true, nil
+	}
+	if len(rr.rules) > 0 {
+		c.noFix("no rule applies")
+	}
+	return false, nil
+}
 
 // RenameRule repairs a missing command from by running to instead.
 func RenameRule(from, to string) Rule {
@@ -150,8 +187,7 @@ func isWordEnd(c byte) bool {
 // only means a rule does not apply.
 func commandWords(s string) []span {
 	var out []span
-	cmdPos, wrapped := true, false
-	depth := 0 // open ( subshells
+	st := cmdState{cmdPos: true}
 	var heredocs []string
 	i := 0
 	for i < len(s) {
@@ -167,25 +203,25 @@ func commandWords(s string) []span {
 				i = skipHeredoc(s, i, d)
 			}
 			heredocs = nil
-			cmdPos, wrapped = true, false
+			st.cmdPos, st.wrapped = true, false
 		case c == '#':
 			for i < len(s) && s[i] != '\n' {
 				i++
 			}
 		case c == ';' || c == '&' || c == '|':
 			i++
-			cmdPos, wrapped = true, false
+			st.cmdPos, st.wrapped = true, false
 		case c == '(':
 			i++
-			depth++
-			cmdPos, wrapped = true, false
+			st.depth++
+			st.cmdPos, st.wrapped = true, false
 		case c == ')':
 			// Closing a subshell: what follows is not a command. An
 			// unopened ")" ends a case pattern: a command follows.
 			i++
-			cmdPos, wrapped = depth == 0, false
-			if depth > 0 {
-				depth--
+			st.cmdPos, st.wrapped = st.depth == 0, false
+			if st.depth > 0 {
+				st.depth--
 			}
 		case c == '<' || c == '>':
 			j := i
@@ -205,36 +241,49 @@ func commandWords(s string) []span {
 			j := skipWord(s, i)
 			if j == i { // a lone special character we do not model
 				i++
-				cmdPos = false
+				st.cmdPos = false
 				continue
 			}
-			word := s[i:j]
-			plain := !strings.ContainsAny(word, "'\"\\$`*?[]{}~")
-			switch {
-			case j < len(s) && (s[j] == '<' || s[j] == '>') && isDigits(word):
-				// an fd number of a redirection: "2>&1"
-			case j < len(s) && s[j] == ')' && depth == 0:
-				cmdPos = false // a case pattern: "pat)"
-			case !cmdPos:
-			case reAssignment.MatchString(word):
-				// VAR=value keeps command position
-			case openers[word]:
-				wrapped = false
-			case wrapped && reWrapperArg.MatchString(word):
-				// an option of env/sudo/timeout/…
-			case word == "{" || word == "}":
-				cmdPos = word == "{"
-			default:
-				if plain {
-					out = append(out, span{i, j})
-				}
-				wrapped = wrappers[word]
-				cmdPos = wrapped
+			if st.word(s, i, j) {
+				out = append(out, span{i, j})
 			}
 			i = j
 		}
 	}
 	return out
+}
+
+// cmdState is where commandWords stands in the shell grammar.
+type cmdState struct {
+	cmdPos  bool // a command name may come next
+	wrapped bool // after a wrapper (env, sudo, …): its options may come first
+	depth   int  // open ( subshells
+}
+
+// word reads the word s[i:j] and reports whether it is a plain word in
+// command position.
+func (st *cmdState) word(s string, i, j int) bool {
+	word := s[i:j]
+	switch {
+	case j < len(s) && (s[j] == '<' || s[j] == '>') && isDigits(word):
+		// an fd number of a redirection: "2>&1"
+	case j < len(s) && s[j] == ')' && st.depth == 0:
+		st.cmdPos = false // a case pattern: "pat)"
+	case !st.cmdPos:
+	case reAssignment.MatchString(word):
+		// VAR=value keeps command position
+	case openers[word]:
+		st.wrapped = false
+	case st.wrapped && reWrapperArg.MatchString(word):
+		// an option of env/sudo/timeout/…
+	case word == "{" || word == "}":
+		st.cmdPos = word == "{"
+	default:
+		st.wrapped = wrappers[word]
+		st.cmdPos = st.wrapped
+		return !strings.ContainsAny(word, "'\"\\$`*?[]{}~")
+	}
+	return false
 }
 
 // skipWord returns the end of the word starting at i, stepping over

@@ -57,11 +57,3 @@ func SandboxSpanAttributes(o healer.Outcome) []attribute.KeyValue {
 		attribute.Int64("paddock.oom_kills", so.OOMKills), attribute.Int("paddock.leftover_processes", so.Leftover),
 	}
 }
-
-// markLast sets the reason of the last attempt, the one an interruption
-// ended.
-func markLast(res *job.Result, r job.Reason) {
-	if n := len(res.Attempts); n > 0 {
-		res.Attempts[n-1] = withReason(res.Attempts[n-1], r, -1)
-	}
-}

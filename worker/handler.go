@@ -1,0 +1,259 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paddockhq/paddock/healer"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/sandbox"
+	"github.com/paddockhq/paddock/telemetry"
+)
+
+// jobRun is what the steps of one ProcessTask call share.
+type jobRun struct {
+	log     *slog.Logger
+	spec    job.Spec
+	eff     job.Effective
+	res     job.Result // the result so far; finish (result.go) ends it
+	profile sandbox.Profile
+	env     map[string]string
+}
+
+// deadline is the end of the job's budget (limits.job_timeout_s).
+func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTimeout) }
+
+// ProcessTask is the asynq handler of job.TaskType. It returns in one of
+// four ways: with the job's terminal result recorded (finish, result.go);
+// with a retryable infrastructure failure for the queue to retry
+// (infraFail); with an interruption handed back to the queue (requeue); or
+// with an error reading or writing the store, which the queue retries.
+func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	started := w.cfg.Now()
+	id, _ := asynq.GetTaskID(ctx)
+	r := &jobRun{log: w.log.With("job", id)}
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrJobID.String(id))
+
+	spec, eff, err := w.decode(t, id)
+	if err != nil {
+		r.res = job.Result{ID: id, Errors: job.FieldErrors(err)}
+		return w.finish(ctx, r, job.ReasonRejected, "rejected by the worker: "+err.Error())
+	}
+	if ended, err := w.republish(ctx, id); ended || err != nil {
+		return err
+	}
+	r.spec, r.eff, r.env = spec, eff, jobEnv(spec, id)
+	r.profile = sandbox.Profile{Image: spec.Image, MemoryMB: eff.MemoryMB, CPUs: eff.CPUs, Pids: eff.Pids, TmpfsMB: eff.TmpfsMB}
+	r.res = job.Result{
+		ID: id, Image: spec.Image, Queue: spec.Queue, Labels: spec.Labels, Limits: &r.eff,
+		SubmittedAt: spec.SubmittedAt, QueuedAt: queuedAt(t), StartedAt: started, Worker: w.cfg.ID,
+	}
+	if canceled, err := w.store.Canceled(ctx, id); err != nil {
+		return fmt.Errorf("worker: read cancel flag of %s: %w", id, err)
+	} else if canceled {
+		return w.finish(ctx, r, job.ReasonCanceled, "canceled before it started")
+	}
+	if err := w.beginRun(ctx, r); err != nil {
+		return err
+	}
+	return w.withVolume(ctx, r, w.runJob) // volume.go
+}
+
+// decode reads the task's spec and validates it again against this
+// worker's caps: nothing taken from the queue is trusted.
+func (w *Worker) decode(t *asynq.Task, id string) (job.Spec, job.Effective, error) {
+	spec, err := job.Decode(t.Payload())
+	if err != nil {
+		return spec, job.Effective{}, err
+	}
+	if spec.ID != "" && spec.ID != id {
+		return spec, job.Effective{}, fmt.Errorf("%w: payload id %q differs from task id %q", job.ErrInvalid, spec.ID, id)
+	}
+	eff, err := job.Validate(&spec, w.cfg.Caps)
+	if err != nil {
+		return spec, eff, err
+	}
+	job.Normalize(&spec, w.cfg.Caps)
+	return spec, eff, nil
+}
+
+// republish handles a job that already ended (re-delivery after a crash, a
+// duplicate): it is not run again, and its result is published again in
+// case the crash came between the Redis write and the publish. ended says
+// whether the job had a result; an error (results.ErrNotPublished among
+// them) makes the queue retry.
+func (w *Worker) republish(ctx context.Context, id string) (ended bool, err error) {
+	prev, err := w.store.Get(ctx, id)
+	if errors.Is(err, results.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("worker: read result of %s: %w", id, err)
+	}
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	_, _, err = w.store.Record(dctx, prev)
+	return true, err
+}
+
+// beginRun counts this run of the job and records its queue wait.
+func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
+	run, err := w.store.BeginRun(ctx, r.res.ID)
+	if err != nil {
+		return fmt.Errorf("worker: begin run of %s: %w", r.res.ID, err)
+	}
+	r.res.Runs = run
+	if !r.res.QueuedAt.IsZero() {
+		w.m.QueueWait(ctx, r.spec.Queue, r.res.StartedAt.Sub(r.res.QueuedAt))
+	}
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrQueue.String(r.spec.Queue), attribute.Int("paddock.run", run))
+	return nil
+}
+
+// runJob takes a never-used container, runs the command in it under the
+// heal loop and ends the job by how the loop returned. The container is
+// always destroyed.
+func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
+	sess, err := w.session(ctx, r)
+	if err != nil {
+		return w.infraFail(ctx, r, err)
+	}
+	if r.spec.Volume != nil {
+		// Deferred calls run last-in first-out: this runs before withVolume
+		// releases the volume.
+		defer func() {
+			dctx, cancel := detached(ctx)
+			defer cancel()
+			if err := sess.Destroy(dctx); err != nil {
+				r.log.Error("could not confirm the container is gone before releasing the volume", "err", err)
+			}
+		}()
+	} else {
+		defer sess.Close()
+	}
+	hres, err := w.heal(ctx, r, sess)
+	r.res.Attempts = hres.Attempts
+	return w.conclude(ctx, r, sess, hres, err)
+}
+
+// session takes a container for the job from the sandbox runtime.
+func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, error) {
+	if tp := telemetry.TraceParent(ctx); tp != "" {
+		r.env["TRACEPARENT"] = tp
+	}
+	actx, aspan := w.tr.Start(ctx, "paddock.sandbox.acquire", trace.WithAttributes(attribute.String("container.image.name", r.spec.Image)))
+	sess, err := w.rt.Acquire(actx, r.profile, sandbox.SessionOptions{
+		Deadline: r.deadline(),
+		Labels:   map[string]string{sandbox.LabelJob: r.res.ID, sandbox.LabelAttempt: strconv.Itoa(r.res.Runs)},
+		Env:      r.env,
+	})
+	endSpan(aspan, err)
+	if err != nil {
+		return nil, err
+	}
+	aspan.SetAttributes(attribute.Bool("paddock.pool.hit", sess.Pooled), attribute.String("container.name", sess.ContainerName()))
+	if sess.Pooled {
+		w.m.PoolHit(ctx)
+	} else {
+		w.m.PoolColdStart(ctx)
+	}
+	r.log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
+	return sess, nil
+}
+
+// heal runs the job's command in sess under the heal loop.
+func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (healer.Result, error) {
+	eff := r.eff
+	trace.SpanFromContext(ctx).SetAttributes(
+		attribute.Int64("paddock.limits.memory_mb", eff.MemoryMB), attribute.Float64("paddock.limits.cpus", eff.CPUs),
+		attribute.Int64("paddock.limits.pids", eff.Pids), attribute.Int64("paddock.limits.command_timeout_s", int64(eff.CommandTimeout/time.Second)))
+	var policy job.HealPolicy
+	if r.spec.Heal != nil {
+		policy = *r.spec.Heal
+	}
+	// The job budget: the healer fits its commands, installs and LLM calls
+	// into it, so the sandbox (not this context) ends a command at the deadline.
+	hctx, cancel := context.WithDeadline(ctx, r.deadline())
+	defer cancel()
+	return w.cfg.Healer.Run(hctx, &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes},
+		r.spec, policy, eff.CommandTimeout)
+}
+
+// conclude ends the job by how the heal loop returned (err): the command
+// ended, the volume's lease was lost, the job was interrupted, or the
+// sandbox failed.
+func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session, hres healer.Result, err error) error {
+	out, _ := hres.Final.Detail.(sandbox.Outcome)
+	jobDeadline := err != nil && ctx.Err() == nil &&
+		(errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout || errors.Is(err, context.DeadlineExceeded))
+	// The job's own processes ended its sandbox (init killed under a limit
+	// the job hit): the job's failure, with the outcome's reason, once.
+	jobEnded := err != nil && ctx.Err() == nil && errors.Is(err, sandbox.ErrSandboxEnded)
+	switch {
+	case err == nil, jobDeadline, jobEnded:
+		// The command ended (a job-deadline kill is the job's timeout).
+		return w.commandEnded(ctx, r, hres, out, jobDeadline)
+	case errors.Is(context.Cause(ctx), errLeaseLost):
+		markLast(&r.res, job.ReasonLeaseLost)
+		return w.finish(ctx, r, job.ReasonLeaseLost, "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data")
+	case ctx.Err() != nil:
+		return w.interrupted(ctx, r, sess)
+	default:
+		return w.infraFail(ctx, r, err)
+	}
+}
+
+// interrupted ends a job whose context ended: canceled by the user, or the
+// worker is shutting down / lost the task's lease. It confirms the
+// container is gone before returning, so that a re-run never overlaps this
+// one.
+func (w *Worker) interrupted(ctx context.Context, r *jobRun, sess *sandbox.Session) error {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	if err := sess.Destroy(dctx); err != nil {
+		r.log.Error("could not confirm the interrupted job's container is gone", "err", err)
+	}
+	if c, _ := w.store.Canceled(dctx, r.res.ID); c {
+		markLast(&r.res, job.ReasonCanceled)
+		return w.finish(ctx, r, job.ReasonCanceled, "canceled while running; its container was killed")
+	}
+	r.log.Warn("job interrupted; the queue will run it again", "cause", context.Cause(ctx))
+	return requeue(ctx, r.res.ID)
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// jobEnv is the job's own env plus what Paddock tells it; nothing of the
+// worker's environment.
+func jobEnv(spec job.Spec, id string) map[string]string {
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env["PADDOCK_JOB_ID"] = id
+	return env
+}
+
+func queuedAt(t *asynq.Task) time.Time {
+	ts, err := time.Parse(time.RFC3339Nano, t.Headers()[job.TaskHeaderQueuedAt])
+	if err != nil {
+		return time.Time{}
+	}
+	return ts
+}

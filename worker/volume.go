@@ -1,0 +1,90 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/locks"
+	"github.com/paddockhq/paddock/sandbox"
+)
+
+// VolumeGuard takes a shared volume for a job (locks.Guard).
+type VolumeGuard interface {
+	Acquire(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error)
+}
+
+// errLeaseLost is the cancel cause when a job's volume lease is lost.
+var errLeaseLost = errors.New("worker: volume lease lost")
+
+// withVolume calls run with the job's shared volume, if it asked for one:
+// lease, then flock, then mount. A lost lease ends the run as lease_lost;
+// run destroys the container (synchronously) before the lock is released
+// here, so no two jobs ever write the volume at once. docs/locks.md.
+func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Context, *jobRun) error) error {
+	v := r.spec.Volume
+	if v == nil {
+		return run(ctx, r)
+	}
+	if w.cfg.Volumes == nil {
+		return w.finish(ctx, r, job.ReasonRejected, "this worker has no volume root; the job asked for volume "+v.Name)
+	}
+	mode := locks.RW
+	if v.Mode == job.VolumeRO {
+		mode = locks.RO
+	}
+	held, err := w.lockVolume(ctx, v.Name, mode)
+	if err != nil {
+		return w.infraFail(ctx, r, err)
+	}
+	defer held.Release()
+	r.res.LockWaitMS = held.Waited().Milliseconds()
+	r.profile.Mounts = []sandbox.Mount{{Source: held.Dir(), Target: sandbox.WorkspaceDir, ReadOnly: mode == locks.RO}}
+	if mode == locks.RW {
+		r.res.FencingToken = held.FencingToken()
+		r.env[job.EnvFencingToken] = strconv.FormatInt(held.FencingToken(), 10)
+		var stop context.CancelCauseFunc
+		ctx, stop = w.watchLease(ctx, r.log, held, v.Name)
+		defer stop(nil)
+	}
+	return run(ctx, r)
+}
+
+// lockVolume waits for the volume's lease and lock; a retryable failure
+// becomes a retryable *sandbox.InfraError, for the queue to retry.
+func (w *Worker) lockVolume(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error) {
+	lctx, lspan := w.tr.Start(ctx, "paddock.lock.wait", trace.WithAttributes(
+		attribute.String("paddock.volume", name), attribute.String("paddock.volume.mode", mode.String())))
+	held, err := w.cfg.Volumes.Acquire(lctx, name, mode)
+	endSpan(lspan, err)
+	if held != nil {
+		w.m.LeaseWait(ctx, held.Waited(), true)
+	} else {
+		w.m.LeaseWait(ctx, 0, false)
+	}
+	if err != nil && locks.Retryable(err) {
+		err = &sandbox.InfraError{Op: "lock volume " + name, Err: err, Retryable: true}
+	}
+	return held, err
+}
+
+// watchLease returns a context that is canceled with errLeaseLost when
+// held's lease is lost, which kills the job; stop(nil) ends the watch.
+func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held *locks.Held, name string) (_ context.Context, stop context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-held.Lost():
+			log.Warn("volume lease lost; killing the job", "volume", name, "err", held.Err())
+			w.m.LeaseLost(context.WithoutCancel(ctx))
+			cancel(errLeaseLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -157,11 +157,14 @@ func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, erro
 		Labels:   map[string]string{sandbox.LabelJob: r.res.ID, sandbox.LabelAttempt: strconv.Itoa(r.res.Runs)},
 		Env:      r.env,
 	})
+	if err == nil {
+		// Before the span ends: attributes set on an ended span are lost.
+		aspan.SetAttributes(attribute.Bool("paddock.pool.hit", sess.Pooled), attribute.String("container.name", sess.ContainerName()))
+	}
 	endSpan(aspan, err)
 	if err != nil {
 		return nil, err
 	}
-	aspan.SetAttributes(attribute.Bool("paddock.pool.hit", sess.Pooled), attribute.String("container.name", sess.ContainerName()))
 	if sess.Pooled {
 		w.m.PoolHit(ctx)
 	} else {

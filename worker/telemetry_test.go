@@ -66,6 +66,13 @@ func TestOneTracePerJobAndMetrics(t *testing.T) {
 	for _, name := range []string{"paddock.submit", "paddock.schedule", "process default", "paddock.sandbox.acquire", "paddock.attempt"} {
 		assert.Contains(t, spans, name, "span %s missing from the job's trace", name)
 	}
+	if acq := spans["paddock.sandbox.acquire"]; acq != nil {
+		keys := map[string]bool{}
+		for _, a := range acq.Attributes() {
+			keys[string(a.Key)] = true
+		}
+		assert.True(t, keys["paddock.pool.hit"] && keys["container.name"], "the acquire span says whether the pool served it, and which container: %v", acq.Attributes())
+	}
 	if sub, att := spans["paddock.submit"], spans["paddock.attempt"]; sub != nil && att != nil {
 		assert.False(t, sub.Parent().IsValid(), "submit is the root")
 		assert.Equal(t, spans["process default"].SpanContext().SpanID(), att.Parent().SpanID())
@@ -75,7 +82,7 @@ func TestOneTracePerJobAndMetrics(t *testing.T) {
 	require.Contains(t, failed, "paddock.attempt")
 	attrs := map[string]string{}
 	for _, a := range failed["paddock.attempt"].Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	assert.Equal(t, "exit_nonzero", attrs["error.type"])
 	assert.Equal(t, "4", attrs["process.exit.code"])

@@ -5,7 +5,7 @@
 // For every task the handler re-validates the spec (never trusting the
 // queue), returns the stored result if the job already ended (a re-delivery
 // after a crash), honours a cancel flag, takes a never-used container, runs
-// the command (through the heal loop when one is configured), records the
+// the command under the heal loop (Config.Healer; the default heals by rules), records the
 // result (Redis first-writer-wins, then NATS), and always destroys the
 // container: on success, failure, panic, cancellation and shutdown.
 //

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paddockhq/paddock/internal/startstop"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -77,9 +77,7 @@ type Republisher struct {
 	store    *Store
 	interval time.Duration
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc startstop.Service
 }
 
 // NewRepublisher returns a stopped Republisher (interval default 5s).
@@ -92,41 +90,14 @@ func NewRepublisher(store *Store, interval time.Duration) *Republisher {
 
 // Start runs a pass now and then every interval. Idempotent.
 func (p *Republisher) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		return nil
-	}
-	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	p.done = make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.interval)
-		defer t.Stop()
-		for {
-			if n, err := p.store.RepublishPending(ctx); err != nil && ctx.Err() == nil {
-				p.store.log.Warn("republishing results failed; retrying", "err", err, "published", n)
-			} else if n > 0 {
-				p.store.log.Info("republished results", "n", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	return p.svc.Start(ctx, startstop.NowAndEvery(p.interval, func(ctx context.Context) {
+		if n, err := p.store.RepublishPending(ctx); err != nil && ctx.Err() == nil {
+			p.store.log.Warn("republishing results failed; retrying", "err", err, "published", n)
+		} else if n > 0 {
+			p.store.log.Info("republished results", "n", n)
 		}
-	}()
-	return nil
+	}))
 }
 
 // Stop ends the loop and waits for a pass in progress. Idempotent.
-func (p *Republisher) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.cancel = nil
-	p.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (p *Republisher) Stop() { p.svc.Stop() }

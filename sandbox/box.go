@@ -441,42 +441,38 @@ func (r *Runtime) ended(b *box) (Reason, string, error) {
 }
 
 // destroy releases the box (init then kills everything and exits) and
-// force-removes the container in the background.
+// queues it for removal in the background (the removal workers of
+// Runtime.Start call remove).
 func (r *Runtime) destroy(b *box) {
 	b.release()
 	r.removeQ <- b
 }
 
-// removeNow force-removes b synchronously; gone already is success.
-func (r *Runtime) removeNow(ctx context.Context, b *box) error {
+// remove force-removes b's container and forgets b, whatever the outcome:
+// the one removal path, taken by the background removal workers and by
+// Session.Destroy. A container already gone is success. One whose removal
+// is under way (the engine's auto-removal once init exited, or another
+// remove) is success at once unless untilGone; with untilGone, remove
+// waits until the engine no longer knows the container, or ctx ends. The
+// error is the engine's or ctx's, unwrapped: the caller logs or wraps it.
+func (r *Runtime) remove(ctx context.Context, b *box, untilGone bool) error {
 	defer r.forget(b)
 	_, err := r.docker.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
-		return infra("remove container", err, true)
+	switch {
+	case err == nil || cerrdefs.IsNotFound(err):
+		return nil
+	case !isRemovalInProgress(err):
+		return err
+	case !untilGone:
+		return nil
 	}
-	if err != nil && isRemovalInProgress(err) && !cerrdefs.IsNotFound(err) {
-		// Auto-removal is under way: wait until the engine no longer knows it.
-		for ctx.Err() == nil {
-			if _, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
-				return nil
-			}
-			time.Sleep(20 * time.Millisecond)
+	for ctx.Err() == nil {
+		if _, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+			return nil
 		}
-		return infra("remove container", ctx.Err(), true)
+		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
-}
-
-// remove force-removes a container in the background; a container already
-// gone, or whose auto-removal is under way, is success.
-func (r *Runtime) remove(b *box) {
-	defer r.forget(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := r.docker.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
-		r.cfg.Logger.Warn("remove container", "container", b.name, "err", err)
-	}
+	return ctx.Err()
 }
 
 // forget drops a removed box from the runtime's books and its control

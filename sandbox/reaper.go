@@ -4,10 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/paddockhq/paddock/internal/startstop"
 )
 
 // Liveness tells whether a worker (a container owner) is still alive,
@@ -26,9 +27,7 @@ type Reaper struct {
 	// OnReap is called with the number of containers removed by a pass.
 	OnReap func(n int)
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc startstop.Service
 }
 
 // NewReaper returns a reaper for r's engine.
@@ -36,42 +35,15 @@ func NewReaper(r *Runtime, live Liveness) *Reaper { return &Reaper{r: r, live: l
 
 // Start runs one pass now, then one every interval. Idempotent.
 func (p *Reaper) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		return nil
-	}
-	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	p.done = make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.r.cfg.ReapInterval)
-		defer t.Stop()
-		for {
-			if _, err := p.Reap(ctx); err != nil && ctx.Err() == nil {
-				p.r.cfg.Logger.Warn("reaper pass", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	return p.svc.Start(ctx, startstop.NowAndEvery(p.r.cfg.ReapInterval, func(ctx context.Context) {
+		if _, err := p.Reap(ctx); err != nil && ctx.Err() == nil {
+			p.r.cfg.Logger.Warn("reaper pass", "err", err)
 		}
-	}()
-	return nil
+	}))
 }
 
 // Stop ends the loop and waits for it. Idempotent; Start may follow.
-func (p *Reaper) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.cancel = nil
-	p.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (p *Reaper) Stop() { p.svc.Stop() }
 
 // Reap runs one pass and returns how many containers it removed.
 func (p *Reaper) Reap(ctx context.Context) (int, error) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/paddockhq/paddock/internal/startstop"
 )
 
 // WorkspaceDir is the job's working directory: a size-capped tmpfs, or the
@@ -28,10 +30,10 @@ type Runtime struct {
 	live    map[string]bool  // container names this runtime owns
 	started bool
 	stopped bool
-	cancel  context.CancelFunc
 	wg      sync.WaitGroup // removal workers
-	refDone chan struct{}  // closed when the refiller has returned
-	refill  chan struct{}
+
+	refiller startstop.Service // the warm pool's refill loop (pool.go)
+	refill   chan struct{}     // asks the refiller for a pass now
 
 	// runDir holds one control directory per box (Config.RunDir/<owner>).
 	runDir string
@@ -42,13 +44,6 @@ type Runtime struct {
 // Stats are pool counters since start.
 type Stats struct {
 	Hits, ColdStarts, Removed atomic.Int64
-}
-
-type pool struct {
-	profile  Profile
-	warm     []*box
-	starting int
-	lastUsed time.Time
 }
 
 // New returns a Runtime; call Start to run its pool and removal loops.
@@ -93,13 +88,19 @@ func (r *Runtime) Start(ctx context.Context, warm ...Profile) error {
 		return fmt.Errorf("%w: run directory: %v", ErrConfig, err)
 	}
 	r.started = true
-	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The removal workers: a destroyed box is removed off the critical
+	// path, each removal bounded and its failure logged (the reaper removes
+	// what is left).
 	for range r.cfg.RemoveWorkers {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			for b := range r.removeQ {
-				r.remove(b)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				if err := r.remove(ctx, b, false); err != nil {
+					r.cfg.Logger.Warn("remove container", "container", b.name, "err", err)
+				}
+				cancel()
 				r.stats.Removed.Add(1)
 			}
 		}()
@@ -111,8 +112,9 @@ func (r *Runtime) Start(ctx context.Context, warm ...Profile) error {
 			r.pools[k] = &pool{profile: p, lastUsed: now}
 		}
 	}
-	r.refDone = make(chan struct{})
-	go r.refillLoop(ctx)
+	if err := r.refiller.Start(ctx, r.refillLoop); err != nil {
+		return err
+	}
 	r.kick()
 	return nil
 }
@@ -137,23 +139,15 @@ func (r *Runtime) Stop() {
 	if !started {
 		return
 	}
-	r.cancel()
+	// The refiller destroys what it was starting when it sees the stop;
+	// only once it has returned may the removal queue close.
+	r.refiller.Stop()
 	for _, b := range warm {
 		r.destroy(b)
 	}
-	// The refiller destroys what it was starting when it sees the stop;
-	// only then may the removal queue close.
-	<-r.refDone
 	close(r.removeQ)
 	r.wg.Wait()
 	_ = os.RemoveAll(r.runDir)
-}
-
-func (r *Runtime) kick() {
-	select {
-	case r.refill <- struct{}{}:
-	default:
-	}
 }
 
 func (r *Runtime) track(name string, on bool) {
@@ -170,140 +164,6 @@ func (r *Runtime) tracked(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.live[name]
-}
-
-// refillLoop keeps each recently used profile's pool at PoolSize, retires
-// warm containers past PoolIdleTTL and forgets idle profiles.
-func (r *Runtime) refillLoop(ctx context.Context) {
-	defer close(r.refDone)
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.refill:
-		case <-tick.C:
-		}
-		r.retireIdle()
-		for {
-			p := r.nextToFill()
-			if p == nil {
-				break
-			}
-			b, err := r.startBox(ctx, p.profile, nil)
-			r.mu.Lock()
-			p.starting--
-			if err == nil && !r.stopped && b.alive() {
-				p.warm = append(p.warm, b)
-				b = nil
-			}
-			r.mu.Unlock()
-			if b != nil {
-				r.destroy(b)
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					r.cfg.Logger.Warn("warm pool: start container", "image", p.profile.Image, "err", err)
-				}
-				select { // back off; a cold start still serves jobs
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Second):
-				}
-				break
-			}
-		}
-	}
-}
-
-func (r *Runtime) nextToFill() *pool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return nil
-	}
-	total := 0
-	for _, p := range r.pools {
-		total += len(p.warm) + p.starting
-	}
-	if total >= r.cfg.PoolMax {
-		return nil
-	}
-	var best *pool
-	for _, p := range r.pools {
-		if n := len(p.warm) + p.starting; n < r.cfg.PoolSize && (best == nil || n < len(best.warm)+best.starting) {
-			best = p
-		}
-	}
-	if best != nil {
-		best.starting++
-	}
-	return best
-}
-
-func (r *Runtime) retireIdle() {
-	now := time.Now()
-	var old []*box
-	r.mu.Lock()
-	for k, p := range r.pools {
-		keep := p.warm[:0]
-		for _, b := range p.warm {
-			if now.Sub(b.created) > r.cfg.PoolIdleTTL || !b.alive() {
-				old = append(old, b)
-			} else {
-				keep = append(keep, b)
-			}
-		}
-		p.warm = keep
-		if now.Sub(p.lastUsed) > r.cfg.PoolIdleTTL && len(p.warm) == 0 && p.starting == 0 {
-			delete(r.pools, k)
-		}
-	}
-	r.mu.Unlock()
-	for _, b := range old {
-		r.destroy(b)
-	}
-}
-
-// take returns a never-used warm container for p, or nil.
-func (r *Runtime) take(p Profile) *box {
-	k := p.key()
-	if k == "" || r.cfg.PoolSize < 0 {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return nil
-	}
-	pl := r.pools[k]
-	if pl == nil {
-		pl = &pool{profile: p}
-		r.pools[k] = pl
-	}
-	pl.lastUsed = time.Now()
-	defer r.kick()
-	for len(pl.warm) > 0 {
-		b := pl.warm[0]
-		pl.warm = pl.warm[1:]
-		if b.alive() && b.used.CompareAndSwap(false, true) {
-			return b
-		}
-		go r.destroy(b)
-	}
-	return nil
-}
-
-// PoolSize returns the number of warm containers ready now.
-func (r *Runtime) PoolSize() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, p := range r.pools {
-		n += len(p.warm)
-	}
-	return n
 }
 
 // Acquire returns a Session in a never-used container for p: a warm one when

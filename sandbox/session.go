@@ -159,7 +159,10 @@ func (s *Session) Destroy(ctx context.Context) error {
 	s.closed = true
 	s.closeMu.Unlock()
 	s.b.release()
-	err := s.r.removeNow(ctx, s.b)
+	err := s.r.remove(ctx, s.b, true)
+	if err != nil {
+		err = infra("remove container", err, true)
+	}
 	if !already {
 		s.r.stats.Removed.Add(1)
 	}

@@ -11,13 +11,13 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
 
+	"github.com/paddockhq/paddock/internal/startstop"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -174,9 +174,7 @@ type Ticker struct {
 	cfg     PeriodicConfig
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc startstop.Service
 }
 
 // NewTicker returns a stopped Ticker submitting entries on js.
@@ -202,33 +200,13 @@ func NewTicker(js jetstream.JetStream, entries []Periodic, cfg PeriodicConfig) (
 }
 
 // Start starts ticking. Idempotent.
-func (t *Ticker) Start(ctx context.Context) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return nil
-	}
-	ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	t.done = make(chan struct{})
-	go t.loop(ctx)
-	return nil
-}
+func (t *Ticker) Start(ctx context.Context) error { return t.svc.Start(ctx, t.loop) }
 
 // Stop stops ticking and waits for a submission in progress. Idempotent;
 // Start may follow.
-func (t *Ticker) Stop() {
-	t.mu.Lock()
-	cancel, done := t.cancel, t.done
-	t.cancel = nil
-	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (t *Ticker) Stop() { t.svc.Stop() }
 
 func (t *Ticker) loop(ctx context.Context) {
-	defer close(t.done)
 	if len(t.entries) == 0 {
 		<-ctx.Done()
 		return

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/paddockhq/paddock/internal/startstop"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
 )
@@ -48,9 +48,7 @@ type Sweeper struct {
 	cfg   SweeperConfig
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc startstop.Service
 }
 
 // NewSweeper returns a stopped Sweeper.
@@ -78,43 +76,16 @@ func NewSweeper(insp ArchiveInspector, store CancelStore, cfg SweeperConfig) (*S
 
 // Start runs a pass now and then every Interval. Idempotent.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel != nil {
-		return nil
-	}
-	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.cfg.Interval)
-		defer t.Stop()
-		for {
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("sweep pass failed; retrying next pass", "err", err, "recorded", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	return s.svc.Start(ctx, startstop.NowAndEvery(s.cfg.Interval, func(ctx context.Context) {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("sweep pass failed; retrying next pass", "err", err, "recorded", n)
 		}
-	}()
-	return nil
+	}))
 }
 
 // Stop ends the loop and waits for a pass in progress. Idempotent; Start
 // may follow.
-func (s *Sweeper) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (s *Sweeper) Stop() { s.svc.Stop() }
 
 // Sweep runs one pass and returns how many results it recorded.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/paddockhq/paddock/internal/startstop"
 )
 
 // Heartbeat keeps <prefix>worker:<id> alive in Redis while the worker runs,
@@ -25,9 +26,7 @@ type Heartbeat struct {
 	prefix string
 	ttl    time.Duration
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc startstop.Service
 }
 
 // NewHeartbeat returns a heartbeat for worker id with the given TTL
@@ -46,30 +45,9 @@ const knownWorkersTTL = 7 * 24 * time.Hour
 
 // Start writes the first beat synchronously, then beats in the background.
 func (h *Heartbeat) Start(ctx context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cancel != nil {
-		return nil
-	}
-	if err := h.beat(ctx); err != nil {
-		return err
-	}
-	ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	h.done = make(chan struct{})
-	go func() {
-		defer close(h.done)
-		t := time.NewTicker(h.ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = h.beat(ctx) // a missed beat is retried; the TTL covers two
-			}
-		}
-	}()
-	return nil
+	return h.svc.StartWith(ctx, h.beat, startstop.Every(h.ttl/3, func(ctx context.Context) {
+		_ = h.beat(ctx) // a missed beat is retried; the TTL covers two
+	}))
 }
 
 func (h *Heartbeat) beat(ctx context.Context) error {
@@ -88,15 +66,9 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 // Stop ends the beats and deletes the key (a clean exit needs no reaping
 // grace). Idempotent.
 func (h *Heartbeat) Stop() {
-	h.mu.Lock()
-	cancel, done := h.cancel, h.done
-	h.cancel = nil
-	h.mu.Unlock()
-	if cancel == nil {
+	if !h.svc.Stop() {
 		return
 	}
-	cancel()
-	<-done
 	ctx, c := context.WithTimeout(context.Background(), 2*time.Second)
 	defer c()
 	_ = h.rdb.Del(ctx, h.key(h.id)).Err()

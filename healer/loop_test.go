@@ -204,7 +204,7 @@ func TestLLMHealsAndTraces(t *testing.T) {
 	assert.Equal(t, "true", attr(attempts[0], "test.detail"), "SpanAttributes sees the executor's outcome")
 	for _, sp := range rec.Ended() {
 		for _, kv := range sp.Attributes() {
-			assert.NotContains(t, kv.Value.Emit(), "sk-test-secret", "the API key never reaches a span")
+			assert.NotContains(t, kv.Value.String(), "sk-test-secret", "the API key never reaches a span")
 		}
 	}
 }
@@ -217,7 +217,7 @@ func withMount(p sandbox.Profile, m sandbox.Mount) sandbox.Profile {
 func attr(sp sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range sp.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

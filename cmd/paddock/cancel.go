@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -18,6 +18,7 @@ import (
 
 func cancelCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
+	var output string
 	cmd := &cobra.Command{
 		Use:   "cancel ID...",
 		Short: "Cancel jobs: remove a queued job, or kill a running one's container (the result says canceled)",
@@ -27,6 +28,8 @@ func cancelCmd(g *globals) *cobra.Command {
   finished  the job had already ended (its state is printed); nothing changed
   flagged   the job is not in the queue yet (or the id is unknown); it ends
             canceled as soon as a scheduler or worker reaches it
+With -o json each reply is one JSON line: {"id", "outcome", "state", "reason",
+"message"}, or {"id", "error"} for a cancel that could not be carried out.
 Exit status 1 when a cancel could not be carried out (retrying is safe).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, ids []string) error {
@@ -42,17 +45,30 @@ Exit status 1 when a cancel could not be carried out (retrying is safe).`,
 			}
 			defer c.Close()
 			failed := 0
+			enc := json.NewEncoder(g.stdout)
 			for _, id := range ids {
 				r, err := c.Cancel(ctx, id)
 				if err != nil {
 					failed++
-					fmt.Fprintf(os.Stderr, "%s: not canceled: %v\n", id, err)
+					fmt.Fprintf(g.stderr, "%s: not canceled: %v\n", id, err)
+					if output == "json" {
+						if err := enc.Encode(job.CancelReply{ID: id, Error: err.Error()}); err != nil {
+							return err
+						}
+					}
 					if errors.Is(err, client.ErrNoCanceler) {
 						break
 					}
 					continue
 				}
-				fmt.Printf("%s\t%s\t%s\n", r.ID, r.Outcome, r.Message)
+				if output == "json" {
+					err = enc.Encode(r)
+				} else {
+					_, err = fmt.Fprintf(g.stdout, "%s\t%s\t%s\n", r.ID, r.Outcome, r.Message)
+				}
+				if err != nil {
+					return err
+				}
 			}
 			if failed > 0 {
 				return &exitCodeError{exitFailure}
@@ -60,7 +76,9 @@ Exit status 1 when a cancel could not be carried out (retrying is safe).`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "give up on a cancel request after this long")
+	cmd.Flags().Var(newSecondsValue(&timeout, 10*time.Second), "timeout", "give up on a cancel request after this long (a bare number is seconds)")
+	scopeEnv(cmd.Flags(), "timeout") // PADDOCK_CANCEL_TIMEOUT: submit --timeout is a job limit
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

@@ -2,8 +2,9 @@
 // the scheduler and worker services, and the pipeline CLI (submit, get, wait).
 //
 // Configuration: flags, then PADDOCK_* environment variables (the flag name
-// upper-cased with dashes as underscores, e.g. --nats-url ← PADDOCK_NATS_URL),
-// then defaults.
+// upper-cased with dashes as underscores, e.g. --nats-url ← PADDOCK_NATS_URL;
+// PADDOCK_<COMMAND>_<FLAG> for a flag that means different things on
+// different commands, e.g. PADDOCK_SUBMIT_TIMEOUT), then defaults (env.go).
 package main
 
 import (
@@ -14,12 +15,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -28,61 +27,38 @@ import (
 const (
 	exitOK      = 0
 	exitFailure = 1 // a command failed (bad flags, unreachable service, …)
-	exitJobs    = 2 // submit --wait: at least one job did not succeed
+	exitJobs    = 2 // submit --wait, wait, get: at least one job did not succeed
 )
 
+// exitCodesHelp documents the exit codes in --help.
+const exitCodesHelp = `Exit status: 0 ok; 1 error (bad flags, unreachable service, …); 2 a job did
+not succeed (submit --wait, wait and get, after printing the results).`
+
 type globals struct {
-	natsURL  string
-	redisURL string
-	logLevel string
-	logger   *slog.Logger
-	stderr   io.Writer // the log, errors and status lines
+	natsURL   string
+	redisURL  string
+	logLevel  string
+	logFormat string
+	logger    *slog.Logger
+	version   buildVersion
+	stdout    io.Writer // results
+	stderr    io.Writer // the log, errors and status lines
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run runs the command line args until ctx ends and returns the exit code;
-// the log and errors go to stderr.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
-	g := &globals{stderr: stderr}
-	root := &cobra.Command{
-		Use:   "paddock",
-		Short: "Run AI-agent shell commands in fresh, capped, network-less containers",
-		Long: `Paddock runs batch jobs (a bash command, an image, limits) submitted over NATS
-JetStream, each in a fresh, read-only, network-less Docker container that is
-destroyed when the job ends. Start a dev stack with 'paddock up', then
-'paddock submit --wait -- "echo hi"' in another shell.
-
-Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bindEnv(cmd); err != nil {
-				return err
-			}
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
-			}
-			g.logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
-			// go-redis logs every failed dial; connection errors reach the
-			// user through the returned errors instead.
-			redis.SetLogger(redisLogger{g.logger})
-			return nil
-		},
-	}
-	pf := root.PersistentFlags()
-	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL (redis://host:port/db or unix:///path)")
-	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-
-	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(), schemaCmd())
+// results go to stdout, the log and errors to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr, version: readVersion()}
+	root := newRootCmd(g)
 	root.SetArgs(args)
+	root.SetOut(stdout)
 	root.SetErr(stderr)
 
 	err := root.ExecuteContext(ctx)
@@ -98,6 +74,52 @@ Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL).`,
 	}
 }
 
+// newRootCmd builds the command tree on g.
+func newRootCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "paddock",
+		Short: "Run AI-agent shell commands in fresh, capped, network-less containers",
+		Long: `Paddock runs batch jobs (a bash command, an image, limits) submitted over NATS
+JetStream, each in a fresh, read-only, network-less Docker container that is
+destroyed when the job ends. Start a dev stack with 'paddock up', then
+'paddock submit --wait -- "echo hi"' in another shell.
+
+Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL), or as
+PADDOCK_<COMMAND>_<FLAG> where a flag means different things on different
+commands (PADDOCK_SUBMIT_TIMEOUT, PADDOCK_CANCEL_TIMEOUT); a flag given on
+the command line wins.
+
+` + exitCodesHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+			}
+			g.logger = newLogger(g.stderr, g.logFormat, lvl) // logging.go
+			// go-redis logs every failed dial; connection errors reach the
+			// user through the returned errors instead.
+			redis.SetLogger(redisLogger{g.logger})
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
+	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL (redis://host:port/db or unix:///path)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.Var(newChoiceValue(&g.logFormat, "text", logFormats...), "log-format", "log format: text or json (with trace_id and span_id when a span is active)")
+	registerCompletion(root, "log-level", fixedCompletion(logLevels...))
+	registerCompletion(root, "log-format", fixedCompletion(logFormats...))
+
+	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(g),
+		schemaCmd(), versionCmd())
+	return root
+}
+
 type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
@@ -109,25 +131,6 @@ type exitCodeError struct{ code int }
 
 func (e *exitCodeError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-// bindEnv sets every flag not given on the command line from PADDOCK_<NAME>.
-func bindEnv(cmd *cobra.Command) error {
-	var errs []error
-	set := func(f *pflag.Flag) {
-		if f.Changed {
-			return
-		}
-		name := "PADDOCK_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
-			}
-		}
-	}
-	cmd.Flags().VisitAll(set)
-	cmd.InheritedFlags().VisitAll(set)
-	return errors.Join(errs...)
-}
-
 func schemaCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:       "schema spec|result",
@@ -137,10 +140,10 @@ func schemaCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "spec":
-				_, err := os.Stdout.Write(job.SpecSchema)
+				_, err := cmd.OutOrStdout().Write(job.SpecSchema)
 				return err
 			case "result":
-				_, err := os.Stdout.Write(job.ResultSchema)
+				_, err := cmd.OutOrStdout().Write(job.ResultSchema)
 				return err
 			}
 			return fmt.Errorf("schema %q: want spec or result", args[0])

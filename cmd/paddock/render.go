@@ -11,14 +11,27 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/paddockhq/paddock/job"
 )
 
-func printJSONL(w io.Writer, rs []job.Result) {
+// addOutputFlag adds -o/--output table|json to cmd, checked when set and
+// completed in the shell.
+func addOutputFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().VarP(newChoiceValue(p, "table", outputFormats...), "output", "o", "output format: table or json (one JSON object per line, from encoding/json)")
+	registerCompletion(cmd, "output", fixedCompletion(outputFormats...))
+}
+
+// printJSONL writes each of vs as one JSON line.
+func printJSONL[T any](w io.Writer, vs []T) error {
 	enc := json.NewEncoder(w)
-	for _, r := range rs {
-		_ = enc.Encode(r)
+	for _, v := range vs {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // printTable prints one line per job and a summary by state and reason.
@@ -148,7 +161,7 @@ func clip(s string, n int) string {
 // progress draws a bar on a terminal, or a line every 10% elsewhere.
 type progress struct {
 	mu    sync.Mutex
-	w     *os.File
+	w     io.Writer
 	what  string
 	total int
 	last  int
@@ -156,9 +169,13 @@ type progress struct {
 	t0    time.Time
 }
 
-func newProgress(w *os.File, what string, total int) *progress {
-	st, _ := w.Stat()
-	return &progress{w: w, what: what, total: total, tty: st != nil && st.Mode()&os.ModeCharDevice != 0, t0: time.Now(), last: -1}
+func newProgress(w io.Writer, what string, total int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		st, _ := f.Stat()
+		tty = st != nil && st.Mode()&os.ModeCharDevice != 0
+	}
+	return &progress{w: w, what: what, total: total, tty: tty, t0: time.Now(), last: -1}
 }
 
 func (p *progress) update(done, total int) {

@@ -125,7 +125,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			obs, err := startObservability(ctx, &of, "paddock-scheduler", g.logger, s.readiness)
+			obs, err := startObservability(ctx, g, &of, "paddock-scheduler", s.readiness)
 			if err != nil {
 				return err
 			}
@@ -179,7 +179,7 @@ func workerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			obs, err := startObservability(ctx, &of, "paddock-worker", g.logger, s.readiness)
+			obs, err := startObservability(ctx, g, &of, "paddock-worker", s.readiness)
 			if err != nil {
 				return err
 			}
@@ -253,7 +253,7 @@ running jobs, stop the services it started.`,
 			if of.spanFile == "" {
 				of.spanFile = filepath.Join(dataDir, "spans.jsonl")
 			}
-			obs, err := startObservability(ctx, &of, "paddock", log, s.readiness)
+			obs, err := startObservability(ctx, g, &of, "paddock", s.readiness)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,7 +93,7 @@ func urlError(flag, raw string, err error, want string) error {
 	return fmt.Errorf("%s %q is not a valid URL: %v; want %s", flag, raw, err, want)
 }
 
-// connectRedis returns a client with socket timeouts (DESIGN.md §6) after
+// connectRedis returns a client with socket timeouts after
 // checking the server answers.
 func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
 	opt, err := redisOptions(url)
@@ -111,7 +112,7 @@ func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
 }
 
 func connectDocker(ctx context.Context) (*client.Client, error) {
-	d, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	d, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
@@ -135,8 +136,8 @@ type capsFlags struct {
 }
 
 func (c *capsFlags) register(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&c.images, "images", []string{job.DefaultImage, "paddock/test:latest"}, "images jobs may use; the first is the default")
-	fs.StringSliceVar(&c.queues, "queues", []string{"critical", job.DefaultQueue, "low"}, "queues jobs may name, highest priority first; the default queue is \"default\" when listed, else the first")
+	fs.StringSliceVar(&c.images, "images", slices.Clone(defaultImages), "images jobs may use; the first is the default")
+	fs.StringSliceVar(&c.queues, "queues", slices.Clone(defaultQueues), "queues jobs may name, highest priority first; the default queue is \"default\" when listed, else the first")
 	fs.StringSliceVar(&c.envAllow, "env-allow", nil, "env names jobs may set (NAME or PREFIX*); empty allows any non-reserved name")
 	fs.Int64Var(&c.maxMemoryMB, "max-memory-mb", 2048, fmt.Sprintf("cap on a job's memory_mb, at least %d (jobs that name none get 512, or the cap if lower)", job.MinMemoryMB))
 	fs.Int64Var(&c.maxPids, "max-pids", 512, fmt.Sprintf("cap on a job's pids, at least %d (jobs that name none get 64, or the cap if lower)", job.MinPids))
@@ -304,5 +305,3 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 	}
 	return worker.New(rdb, rt, store, cfg)
 }
-
-var errInterrupted = errors.New("interrupted")

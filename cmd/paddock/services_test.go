@@ -43,12 +43,20 @@ func (b *syncBuffer) String() string {
 // runCLI runs paddock with args and returns its exit code and stderr.
 func runCLI(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	code, _, stderr := runCLIOut(t, args...)
+	return code, stderr
+}
+
+// runCLIOut runs paddock with args and returns its exit code, stdout and
+// stderr.
+func runCLIOut(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out syncBuffer
-	code := run(ctx, args, &out)
-	t.Logf("paddock %q → exit %d\n%s", args, code, out.String())
-	return code, out.String()
+	var out, errOut syncBuffer
+	code = run(ctx, args, &out, &errOut)
+	t.Logf("paddock %q → exit %d\nstdout:\n%s\nstderr:\n%s", args, code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
 }
 
 // tripwire is a listener that counts the connections it gets and closes

@@ -21,10 +21,10 @@ import (
 type submitFlags struct {
 	file, id, image, queue, workdir, heal, output, volume, spanFile string
 	env, labels                                                     []string
-	memoryMB, pids, timeoutS, jobTimeoutS                           int64
+	memoryMB, pids                                                  int64
 	cpus                                                            float64
 	wait, allowInstall                                              bool
-	waitTimeout                                                     time.Duration
+	timeout, jobTimeout, waitTimeout                                time.Duration
 	delay                                                           delayFlags // delay.go
 	submitOpts                                                      []client.SubmitOption
 }
@@ -34,8 +34,13 @@ func submitCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit [flags] -- 'command'",
 		Short: "Submit a job (or a batch from --file / stdin) and optionally wait for the results",
+		Long: `submit publishes one job built from the flags and the command, or a batch of
+JSON specs from --file, and prints each job's id; with --wait it waits for the
+results and prints them instead.
+
+` + exitCodesHelp,
 		Example: `  paddock submit --wait -- 'echo hi'
-  paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10 -- 'python3 -c "print(2**10)"'
+  paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10s -- 'python3 -c "print(2**10)"'
   paddock submit --wait --file jobs.jsonl          # one JSON spec per line
   paddock submit --in 10m -- 'make nightly'        # delayed: starts in 10 minutes (or --at RFC3339)
   cat jobs.jsonl | paddock submit --file - --wait --output json`,
@@ -64,22 +69,23 @@ func submitCmd(g *globals) *cobra.Command {
 	fs.Int64Var(&f.memoryMB, "memory-mb", 0, "memory limit in MiB")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit")
 	fs.Int64Var(&f.pids, "pids", 0, "process limit")
-	fs.Int64Var(&f.timeoutS, "timeout", 0, "per-command timeout in seconds")
-	fs.Int64Var(&f.jobTimeoutS, "job-timeout", 0, "whole-job timeout in seconds")
+	fs.Var(newSecondsValue(&f.timeout, 0), "timeout", "per-command timeout, whole seconds (e.g. 30s, 2m; a bare number is seconds)")
+	fs.Var(newSecondsValue(&f.jobTimeout, 0), "job-timeout", "whole-job timeout, whole seconds (e.g. 10m; a bare number is seconds)")
+	scopeEnv(fs, "timeout") // PADDOCK_SUBMIT_TIMEOUT: cancel --timeout is another thing
 	fs.BoolVarP(&f.wait, "wait", "w", false, "wait for the results and print them")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (default: no limit)")
-	fs.StringVarP(&f.output, "output", "o", "table", "output format: table or json (one object per line)")
+	addOutputFlag(cmd, &f.output)
 	f.delay.register(fs)
-	fs.StringVar(&f.spanFile, "span-file", "", "record the submit spans in this span file (default: the one of `paddock up`, when it exists)")
+	fs.StringVar(&f.spanFile, "span-file", "", "record the submit spans in this `file` (default: the span file of 'paddock up', when it exists)")
+	registerCompletion(cmd, "heal", fixedCompletion(healModes...))
+	registerCompletion(cmd, "image", envListCompletion("PADDOCK_IMAGES", defaultImages))
+	registerCompletion(cmd, "queue", envListCompletion("PADDOCK_QUEUES", defaultQueues))
 	return cmd
 }
 
 // specs builds the job specs from the flags and either the command line or
 // a JSONL batch.
 func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, error) {
-	if f.output != "table" && f.output != "json" {
-		return nil, fmt.Errorf("--output %q: want table or json", f.output)
-	}
 	if f.file != "" {
 		if len(args) > 0 {
 			return nil, errors.New("give either --file or a command, not both")
@@ -130,10 +136,18 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 		s.Limits.Pids = &f.pids
 	}
 	if fl.Changed("timeout") {
-		s.Limits.CommandTimeoutS = &f.timeoutS
+		n, err := wholeSeconds("timeout", f.timeout)
+		if err != nil {
+			return nil, err
+		}
+		s.Limits.CommandTimeoutS = &n
 	}
 	if fl.Changed("job-timeout") {
-		s.Limits.JobTimeoutS = &f.jobTimeoutS
+		n, err := wholeSeconds("job-timeout", f.jobTimeout)
+		if err != nil {
+			return nil, err
+		}
+		s.Limits.JobTimeoutS = &n
 	}
 	if f.volume != "" {
 		name, mode, _ := strings.Cut(f.volume, ":")
@@ -187,7 +201,7 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		}
 	}
 	if f.spanFile != "" {
-		p, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "paddock-cli", SpanFile: f.spanFile, Logger: g.logger})
+		p, err := telemetry.Setup(ctx, g.telemetryConfig("paddock-cli", f.spanFile, false))
 		if err == nil {
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -203,13 +217,13 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 	}
 	defer c.Close()
 
-	prog := newProgress(os.Stderr, "submitted", len(specs))
+	prog := newProgress(g.stderr, "submitted", len(specs))
 	subs, err := c.SubmitBatch(ctx, specs, prog.update, f.submitOpts...)
 	prog.done()
 	var ids []string
 	for i, s := range subs {
 		if s.Err != nil {
-			fmt.Fprintf(os.Stderr, "job %d: not submitted: %v\n", i+1, s.Err)
+			fmt.Fprintf(g.stderr, "job %d: not submitted: %v\n", i+1, s.Err)
 			continue
 		}
 		ids = append(ids, s.ID)
@@ -221,19 +235,14 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		return err
 	}
 	if !f.wait {
-		for i, s := range subs {
+		var out []submitted
+		for _, s := range subs {
 			if s.Err == nil {
-				if f.output == "json" {
-					fmt.Printf("{\"id\":%q,\"duplicate\":%t}\n", s.ID, s.Duplicate)
-				} else {
-					dup := ""
-					if s.Duplicate {
-						dup = " (duplicate: runs once)"
-					}
-					fmt.Printf("%s%s\n", s.ID, dup)
-				}
-				_ = i
+				out = append(out, submitted{ID: s.ID, Duplicate: s.Duplicate})
 			}
+		}
+		if perr := printSubmitted(g.stdout, out, f.output); perr != nil {
+			return perr
 		}
 		if err != nil {
 			return &exitCodeError{exitFailure}
@@ -245,26 +254,66 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		ctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
 		defer cancel()
 	}
-	prog = newProgress(os.Stderr, "finished", len(ids))
+	prog = newProgress(g.stderr, "finished", len(ids))
 	results, werr := c.WaitAll(ctx, ids, prog.update)
 	prog.done()
-	if f.output == "json" {
-		printJSONL(os.Stdout, results)
-	} else if len(results) == 1 {
-		printResult(os.Stdout, results[0])
-	} else {
-		printTable(os.Stdout, results)
+	if perr := printResults(g.stdout, results, f.output); perr != nil {
+		return perr
 	}
 	if werr != nil {
 		return fmt.Errorf("waiting for results: %w (the jobs keep running; `paddock wait ID` resumes)", werr)
 	}
+	if err := jobsExit(results); err != nil {
+		return err
+	}
+	if err != nil {
+		return &exitCodeError{exitFailure}
+	}
+	return nil
+}
+
+// submitted is one line of submit's output without --wait.
+type submitted struct {
+	ID        string `json:"id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+func printSubmitted(w io.Writer, subs []submitted, output string) error {
+	if output == "json" {
+		return printJSONL(w, subs)
+	}
+	for _, s := range subs {
+		dup := ""
+		if s.Duplicate {
+			dup = " (duplicate: runs once)"
+		}
+		if _, err := fmt.Fprintf(w, "%s%s\n", s.ID, dup); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printResults prints results as JSON lines, one result in full, or a
+// table of several.
+func printResults(w io.Writer, results []job.Result, output string) error {
+	switch {
+	case output == "json":
+		return printJSONL(w, results)
+	case len(results) == 1:
+		printResult(w, results[0])
+	default:
+		printTable(w, results)
+	}
+	return nil
+}
+
+// jobsExit is exit status 2 (exitJobs) when a job did not succeed.
+func jobsExit(results []job.Result) error {
 	for _, r := range results {
 		if r.State != job.StateSucceeded {
 			return &exitCodeError{exitJobs}
 		}
-	}
-	if err != nil {
-		return &exitCodeError{exitFailure}
 	}
 	return nil
 }
@@ -279,12 +328,15 @@ func getCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Print a job's result, if it has finished",
-		Args:  cobra.ExactArgs(1),
+		Long: `get prints a job's result if it has one (1 if it has none yet).
+
+` + exitCodesHelp,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return showResults(cmd.Context(), g, args, output, false)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -293,12 +345,15 @@ func waitCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "wait ID...",
 		Short: "Wait for jobs to finish and print their results (works before and after they end)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `wait waits until every job has a result, then prints them.
+
+` + exitCodesHelp,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return showResults(cmd.Context(), g, args, output, true)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -327,13 +382,8 @@ func showResults(ctx context.Context, g *globals, ids []string, output string, w
 	if err != nil {
 		return err
 	}
-	switch {
-	case output == "json":
-		printJSONL(os.Stdout, results)
-	case len(results) == 1:
-		printResult(os.Stdout, results[0])
-	default:
-		printTable(os.Stdout, results)
+	if err := printResults(g.stdout, results, output); err != nil {
+		return err
 	}
-	return nil
+	return jobsExit(results)
 }

@@ -28,8 +28,7 @@ images: setup ## Build the sandbox images that are absent (paddock/test, paddock
 images-all: setup build ## Also build the paddock binary's own image
 	@scripts/build-images.sh test sandbox paddock
 
-test: setup images ## Run the whole suite on real Docker, Redis and NATS
-	$(GO) vet ./...
+test: setup images lint ## Lint, then run the whole suite on real Docker, Redis and NATS
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: setup images ## The suite without the slowest chaos and fault tests
@@ -41,9 +40,11 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, staticcheck (pinned in go.mod as a tool) and go mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; $(GO) mod tidy -diff; exit 1; }
 
 up: setup images build ## Run the all-in-one stack in the foreground (Ctrl-C stops)
 	$(BIN)/paddock up

@@ -206,7 +206,6 @@ func (c *Client) deleteConsumer(cons jetstream.Consumer) {
 	}
 }
 
-
 func decodeResult(id string, data []byte) (job.Result, error) {
 	var r job.Result
 	if err := json.Unmarshal(data, &r); err != nil {

@@ -27,7 +27,7 @@ type engineOutage struct {
 }
 
 func newEngineOutage(t *testing.T, d sandbox.DockerClient) *engineOutage {
-	dead, err := client.New(client.WithHost("unix://"+filepath.Join(t.TempDir(), "no-dockerd.sock")))
+	dead, err := client.New(client.WithHost("unix://" + filepath.Join(t.TempDir(), "no-dockerd.sock")))
 	require.NoError(t, err)
 	t.Cleanup(func() { dead.Close() })
 	return &engineOutage{DockerClient: d, dead: dead}

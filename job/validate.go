@@ -125,108 +125,182 @@ func Validate(s *Spec, caps Caps) (Effective, error) {
 	caps = caps.withDefaults()
 	var v validator
 
+	// Fields are checked in this order, which is the order of the errors.
+	v.checkHeader(s)
+	v.checkCommand(s.Command)
+	v.checkImage(s.Image, caps.Images)
+	v.checkEnv(s.Env, caps.EnvAllow)
+	v.checkWorkdir(s.Workdir)
+	v.checkQueue(s.Queue, caps.Queues)
+	v.checkLabels(s.Labels)
+	v.checkHeal(s.Heal, caps)
+	v.checkVolume(s.Volume, caps.Volumes)
+	eff := v.limits(s.Limits, caps)
+	// Last: it applies only when every check above passed.
+	v.fitCommandTimeout(&eff, s.Limits.CommandTimeoutS)
+
+	if !v.ok() {
+		return Effective{}, &ValidationError{Fields: v.errs}
+	}
+	return eff, nil
+}
+
+// checkHeader checks the version and the id.
+func (v *validator) checkHeader(s *Spec) {
 	if s.V != 0 && s.V != Version {
 		v.add("v", fmt.Sprintf("unsupported version %d; this server speaks version %d (0 or absent means %d)", s.V, Version, Version))
 	}
 	if s.ID != "" && !ValidID(s.ID) {
 		v.add("id", idRule)
 	}
-	if v.text("command", s.Command, 1, MaxCommandBytes) && strings.Trim(s.Command, " \t\n\r\f\v") == "" {
+}
+
+// checkCommand checks command as text of 1..MaxCommandBytes bytes that is
+// not only whitespace.
+func (v *validator) checkCommand(command string) {
+	if v.text("command", command, 1, MaxCommandBytes) && strings.Trim(command, " \t\n\r\f\v") == "" {
 		v.add("command", fmt.Sprintf("must not be blank; allowed 1..%d bytes with a character other than space, tab or newline", MaxCommandBytes))
 	}
+}
 
-	if s.Image != "" && !slices.Contains(caps.Images, s.Image) {
-		v.add("image", fmt.Sprintf("%q is not allowed; allowed images: %s", truncate(s.Image, 100), strings.Join(caps.Images, ", ")))
+// checkImage checks that image, if set, is one of the allowed images.
+func (v *validator) checkImage(image string, allowed []string) {
+	if image != "" && !slices.Contains(allowed, image) {
+		v.add("image", fmt.Sprintf("%q is not allowed; allowed images: %s", truncate(image, 100), strings.Join(allowed, ", ")))
 	}
-	if len(s.Env) > MaxEnvVars {
-		v.add("env", fmt.Sprintf("%d variables; at most %d allowed", len(s.Env), MaxEnvVars))
+}
+
+// checkEnv checks the number of variables, then each variable in name
+// order: its name, that it is not reserved, the operator's allowlist (when
+// set) and its value.
+func (v *validator) checkEnv(env map[string]string, allow []string) {
+	if len(env) > MaxEnvVars {
+		v.add("env", fmt.Sprintf("%d variables; at most %d allowed", len(env), MaxEnvVars))
 	}
-	for _, name := range sortedKeys(s.Env) {
-		val := s.Env[name]
+	for _, name := range sortedKeys(env) {
+		val := env[name]
 		f := "env." + name
 		switch {
 		case !envNamePattern.MatchString(name):
 			v.add("env", fmt.Sprintf("name %q must match [A-Za-z_][A-Za-z0-9_]{0,127}", truncate(name, 40)))
 		case IsReservedEnv(name):
 			v.add(f, "is reserved for the sandbox (PATH, HOME, LD_*, PADDOCK_*, … cannot be set)")
-		case len(caps.EnvAllow) > 0 && !envAllowed(caps.EnvAllow, name):
-			v.add(f, "is not in the operator's env allowlist: "+strings.Join(caps.EnvAllow, ", "))
+		case len(allow) > 0 && !envAllowed(allow, name):
+			v.add(f, "is not in the operator's env allowlist: "+strings.Join(allow, ", "))
 		default:
 			v.text(f, val, 0, MaxEnvValue)
 		}
 	}
-	if s.Workdir != "" {
-		switch {
-		case !strings.HasPrefix(s.Workdir, "/"):
-			v.add("workdir", fmt.Sprintf("must be an absolute path of at most %d bytes", MaxWorkdir))
-		case len(s.Workdir) > MaxWorkdir:
-			v.add("workdir", fmt.Sprintf("is %d bytes; at most %d allowed", len(s.Workdir), MaxWorkdir))
-		case slices.Contains(strings.Split(s.Workdir, "/"), ".."):
-			v.add("workdir", "must not contain '..'")
-		default:
-			v.text("workdir", s.Workdir, 1, MaxWorkdir)
-		}
+}
+
+// checkWorkdir checks that workdir, if set, is an absolute path of at most
+// MaxWorkdir bytes without a '..' element.
+func (v *validator) checkWorkdir(workdir string) {
+	if workdir == "" {
+		return
 	}
-	if s.Queue != "" && !slices.Contains(caps.Queues, s.Queue) {
-		v.add("queue", fmt.Sprintf("%q is not a configured queue; queues: %s", truncate(s.Queue, 100), strings.Join(caps.Queues, ", ")))
+	switch {
+	case !strings.HasPrefix(workdir, "/"):
+		v.add("workdir", fmt.Sprintf("must be an absolute path of at most %d bytes", MaxWorkdir))
+	case len(workdir) > MaxWorkdir:
+		v.add("workdir", fmt.Sprintf("is %d bytes; at most %d allowed", len(workdir), MaxWorkdir))
+	case slices.Contains(strings.Split(workdir, "/"), ".."):
+		v.add("workdir", "must not contain '..'")
+	default:
+		v.text("workdir", workdir, 1, MaxWorkdir)
 	}
-	if len(s.Labels) > MaxLabels {
-		v.add("labels", fmt.Sprintf("%d labels; at most %d allowed", len(s.Labels), MaxLabels))
+}
+
+// checkQueue checks that queue, if set, is one of the configured queues.
+func (v *validator) checkQueue(queue string, queues []string) {
+	if queue != "" && !slices.Contains(queues, queue) {
+		v.add("queue", fmt.Sprintf("%q is not a configured queue; queues: %s", truncate(queue, 100), strings.Join(queues, ", ")))
 	}
-	for _, k := range sortedKeys(s.Labels) {
+}
+
+// checkLabels checks the number of labels, then each label in key order:
+// its key, then its value.
+func (v *validator) checkLabels(labels map[string]string) {
+	if len(labels) > MaxLabels {
+		v.add("labels", fmt.Sprintf("%d labels; at most %d allowed", len(labels), MaxLabels))
+	}
+	for _, k := range sortedKeys(labels) {
 		if !labelPattern.MatchString(k) {
 			v.add("labels", fmt.Sprintf("key %q must be 1-63 of [A-Za-z0-9._/-], starting and ending alphanumeric", truncate(k, 40)))
 			continue
 		}
-		v.text("labels."+k, s.Labels[k], 0, MaxLabelValue)
+		v.text("labels."+k, labels[k], 0, MaxLabelValue)
 	}
-	if h := s.Heal; h != nil {
-		switch h.Mode {
-		case "", HealOff, HealRules, HealLLM:
-		default:
-			v.add("heal.mode", fmt.Sprintf("%q is not one of off, rules, llm", truncate(string(h.Mode), 20)))
-		}
-		if h.MaxAttempts < 0 || h.MaxAttempts > caps.MaxAttempts {
-			v.add("heal.max_attempts", fmt.Sprintf("%d is out of range; allowed 1..%d (0 = default)", h.MaxAttempts, caps.MaxAttempts))
-		}
-		if h.AllowInstall && !caps.AllowInstall {
-			v.add("heal.allow_install", "installs are disabled by the operator; allowed: false")
-		}
-	}
-	if vol := s.Volume; vol != nil {
-		if !volumePattern.MatchString(vol.Name) || strings.Contains(vol.Name, "..") {
-			v.add("volume.name", "must be 1-64 of [A-Za-z0-9._-], starting alphanumeric, without '..'")
-		}
-		switch vol.Mode {
-		case "", VolumeRW, VolumeRO:
-		default:
-			v.add("volume.mode", fmt.Sprintf("%q is not rw or ro", truncate(string(vol.Mode), 20)))
-		}
-		if !caps.Volumes {
-			v.add("volume", "shared volumes are not enabled on this fleet (no volume root configured)")
-		}
-	}
+}
 
-	eff := Effective{
-		MemoryMB:    v.int("limits.memory_mb", s.Limits.MemoryMB, caps.DefaultMemoryMB, MinMemoryMB, caps.MaxMemoryMB, "MiB"),
-		Pids:        v.int("limits.pids", s.Limits.Pids, caps.DefaultPids, MinPids, caps.MaxPids, ""),
-		OutputBytes: v.int("limits.output_bytes", s.Limits.OutputBytes, caps.DefaultOutputBytes, 1, caps.MaxOutputBytes, "bytes"),
-		TmpfsMB:     v.int("limits.tmpfs_mb", s.Limits.TmpfsMB, caps.DefaultTmpfsMB, 1, caps.MaxTmpfsMB, "MiB"),
+// checkHeal checks the heal policy, if any, against caps.
+func (v *validator) checkHeal(h *HealPolicy, caps Caps) {
+	if h == nil {
+		return
 	}
-	eff.CommandTimeout = time.Duration(v.int("limits.command_timeout_s", s.Limits.CommandTimeoutS,
+	switch h.Mode {
+	case "", HealOff, HealRules, HealLLM:
+	default:
+		v.add("heal.mode", fmt.Sprintf("%q is not one of off, rules, llm", truncate(string(h.Mode), 20)))
+	}
+	if h.MaxAttempts < 0 || h.MaxAttempts > caps.MaxAttempts {
+		v.add("heal.max_attempts", fmt.Sprintf("%d is out of range; allowed 1..%d (0 = default)", h.MaxAttempts, caps.MaxAttempts))
+	}
+	if h.AllowInstall && !caps.AllowInstall {
+		v.add("heal.allow_install", "installs are disabled by the operator; allowed: false")
+	}
+}
+
+// checkVolume checks the shared volume, if any; enabled says whether the
+// fleet has shared volumes.
+func (v *validator) checkVolume(vol *Volume, enabled bool) {
+	if vol == nil {
+		return
+	}
+	if !volumePattern.MatchString(vol.Name) || strings.Contains(vol.Name, "..") {
+		v.add("volume.name", "must be 1-64 of [A-Za-z0-9._-], starting alphanumeric, without '..'")
+	}
+	switch vol.Mode {
+	case "", VolumeRW, VolumeRO:
+	default:
+		v.add("volume.mode", fmt.Sprintf("%q is not rw or ro", truncate(string(vol.Mode), 20)))
+	}
+	if !enabled {
+		v.add("volume", "shared volumes are not enabled on this fleet (no volume root configured)")
+	}
+}
+
+// limits resolves each limit against its default and the range caps
+// allow. It does not compare the command timeout with the job timeout; see
+// fitCommandTimeout.
+func (v *validator) limits(l Limits, caps Caps) Effective {
+	eff := Effective{
+		MemoryMB:    v.int("limits.memory_mb", l.MemoryMB, caps.DefaultMemoryMB, MinMemoryMB, caps.MaxMemoryMB, "MiB"),
+		Pids:        v.int("limits.pids", l.Pids, caps.DefaultPids, MinPids, caps.MaxPids, ""),
+		OutputBytes: v.int("limits.output_bytes", l.OutputBytes, caps.DefaultOutputBytes, 1, caps.MaxOutputBytes, "bytes"),
+		TmpfsMB:     v.int("limits.tmpfs_mb", l.TmpfsMB, caps.DefaultTmpfsMB, 1, caps.MaxTmpfsMB, "MiB"),
+	}
+	eff.CommandTimeout = time.Duration(v.int("limits.command_timeout_s", l.CommandTimeoutS,
 		secs(caps.DefaultCommandTimeout), 1, secs(caps.MaxCommandTimeout), "s")) * time.Second
-	eff.JobTimeout = time.Duration(v.int("limits.job_timeout_s", s.Limits.JobTimeoutS,
+	eff.JobTimeout = time.Duration(v.int("limits.job_timeout_s", l.JobTimeoutS,
 		secs(caps.DefaultJobTimeout), 1, secs(caps.MaxJobTimeout), "s")) * time.Second
 	eff.CPUs = caps.DefaultCPUs
-	if c := s.Limits.CPUs; c != nil {
+	if c := l.CPUs; c != nil {
 		if !(*c >= MinCPUs) || *c > caps.MaxCPUs {
 			v.add("limits.cpus", fmt.Sprintf("%g is out of range; allowed %g..%g", *c, MinCPUs, caps.MaxCPUs))
 		} else {
 			eff.CPUs = *c
 		}
 	}
+	return eff
+}
+
+// fitCommandTimeout handles a command timeout longer than the job timeout,
+// but only when no error was reported so far: the default command timeout
+// (asked is nil) is cut to the job timeout, an asked-for one is an error.
+func (v *validator) fitCommandTimeout(eff *Effective, asked *int64) {
 	if eff.CommandTimeout > eff.JobTimeout && v.ok() {
-		if s.Limits.CommandTimeoutS == nil {
+		if asked == nil {
 			// Only the default is longer than the job: no command can outlive the job anyway.
 			eff.CommandTimeout = eff.JobTimeout
 		} else {
@@ -234,10 +308,6 @@ func Validate(s *Spec, caps Caps) (Effective, error) {
 				secs(eff.CommandTimeout), secs(eff.JobTimeout), secs(eff.JobTimeout)))
 		}
 	}
-	if !v.ok() {
-		return Effective{}, &ValidationError{Fields: v.errs}
-	}
-	return eff, nil
 }
 
 // Normalize fills the defaults a validated spec carries through the queue:

@@ -255,30 +255,80 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		r.track(name, false)
 		return nil, infra("control socket", fmt.Errorf("%w (the run directory %s must be writable by the worker and visible to the Docker engine at the same path)", err, r.runDir), true)
 	}
+	id, err := r.createContainer(ctx, name, p, dir, labels)
+	if err != nil {
+		ln.Close()
+		os.RemoveAll(dir)
+		r.track(name, false)
+		return nil, err
+	}
+	b := &box{id: id, name: name, key: p.key(), dir: dir, created: time.Now(),
+		frames: make(chan frame, 64), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
+	if err := r.bootBox(ctx, b, ln); err != nil {
+		return nil, err
+	}
+	if b.hello.Bash == "" && b.hello.Sh == "" {
+		r.destroy(b)
+		return nil, infra("start container", fmt.Errorf("image %q has neither bash nor sh on the default PATH", p.Image), false)
+	}
+	b.lastBeat.Store(time.Now().UnixNano())
+	go b.heartbeat(r.cfg.HeartbeatInterval)
+	return b, nil
+}
+
+// createContainer creates the container of a box for p whose control
+// directory is dir, and returns its id; its error is an *InfraError.
+func (r *Runtime) createContainer(ctx context.Context, name string, p Profile, dir string, labels map[string]string) (string, error) {
+	// Create is not cancelable: a create cut short by cancellation can
+	// leave a container whose id we never learn. It has its own timeout.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StartTimeout)
+	defer ccancel()
+	created, err := r.docker.ContainerCreate(cctx, client.ContainerCreateOptions{
+		Name:       name,
+		Config:     r.containerConfig(p, labels),
+		HostConfig: r.hostConfig(p, dir),
+	})
+	if err != nil {
+		retry := !cerrdefs.IsNotFound(err) && !cerrdefs.IsInvalidArgument(err)
+		if cerrdefs.IsNotFound(err) {
+			err = fmt.Errorf("%w (image %q is not on this host: build it with `make images` or load it)", err, p.Image)
+		}
+		return "", infra("create container", err, retry)
+	}
+	return created.ID, nil
+}
+
+// containerConfig runs init in p's image, its stdin and stderr attached to
+// this worker, labelled managed, owner and profile plus the caller's
+// labels (which win on a clash).
+func (r *Runtime) containerConfig(p Profile, labels map[string]string) *container.Config {
 	lbl := map[string]string{LabelManaged: "1", LabelOwner: r.cfg.Owner, LabelProfile: shortHash(p.key())}
 	for k, v := range labels {
 		lbl[k] = v
 	}
-	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: r.cfg.InitPath, Target: InitTarget, ReadOnly: true},
-		{Type: mount.TypeBind, Source: dir, Target: initproto.CtlDir, ReadOnly: true},
+	return &container.Config{
+		Image:           p.Image,
+		Entrypoint:      []string{InitTarget},
+		Cmd:             []string{initproto.WatchdogFlag + strconv.FormatInt(r.cfg.Watchdog.Milliseconds(), 10)},
+		User:            r.cfg.User,
+		WorkingDir:      "/",
+		Env:             []string{},
+		Labels:          lbl,
+		AttachStdin:     true,
+		AttachStderr:    true,
+		OpenStdin:       true,
+		StdinOnce:       true,
+		NetworkDisabled: true,
+		StopSignal:      "SIGKILL",
 	}
-	tmpfs := map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)}
-	hasWorkspace := false
-	for _, m := range p.Mounts {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-		hasWorkspace = hasWorkspace || m.Target == WorkspaceDir
-	}
-	if !hasWorkspace {
-		tmpfs[WorkspaceDir] = fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)
-	}
-	if r.cfg.InstallTmpfsMB > 0 {
-		uid, gid, _ := numericUser(r.cfg.User)
-		tmpfs[InstallDir] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%dm,mode=0755,uid=%s,gid=%s", r.cfg.InstallTmpfsMB, uid, gid)
-	}
-	for _, m := range r.cfg.ExtraMounts {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
-	}
+}
+
+// hostConfig is the box's confinement: no network, a read-only root with
+// the mounts of boxMounts, no capabilities or new privileges, p's
+// resources and the runtime's ulimits; the engine removes it on exit and
+// keeps no logs.
+func (r *Runtime) hostConfig(p Profile, dir string) *container.HostConfig {
+	mounts, tmpfs := r.boxMounts(p, dir)
 	memBytes := p.MemoryMB << 20
 	pids := p.Pids
 	hc := &container.HostConfig{
@@ -312,42 +362,42 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	if r.cfg.Runtime == "" || r.cfg.Runtime == "runc" {
 		hc.Resources.MemorySwappiness = &swappiness
 	}
-	// Create is not cancelable: a create cut short by cancellation can
-	// leave a container whose id we never learn. It has its own timeout.
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StartTimeout)
-	defer ccancel()
-	created, err := r.docker.ContainerCreate(cctx, client.ContainerCreateOptions{
-		Name: name,
-		Config: &container.Config{
-			Image:           p.Image,
-			Entrypoint:      []string{InitTarget},
-			Cmd:             []string{initproto.WatchdogFlag + strconv.FormatInt(r.cfg.Watchdog.Milliseconds(), 10)},
-			User:            r.cfg.User,
-			WorkingDir:      "/",
-			Env:             []string{},
-			Labels:          lbl,
-			AttachStdin:     true,
-			AttachStderr:    true,
-			OpenStdin:       true,
-			StdinOnce:       true,
-			NetworkDisabled: true,
-			StopSignal:      "SIGKILL",
-		},
-		HostConfig: hc,
-	})
-	if err != nil {
-		ln.Close()
-		os.RemoveAll(dir)
-		r.track(name, false)
-		retry := !cerrdefs.IsNotFound(err) && !cerrdefs.IsInvalidArgument(err)
-		if cerrdefs.IsNotFound(err) {
-			err = fmt.Errorf("%w (image %q is not on this host: build it with `make images` or load it)", err, p.Image)
-		}
-		return nil, infra("create container", err, retry)
+	return hc
+}
+
+// boxMounts returns the box's bind mounts (init, its control directory
+// dir, p's mounts, the extra mounts) and its tmpfs mounts: /tmp, the
+// workspace unless p mounts one, and the install dir when it is on.
+func (r *Runtime) boxMounts(p Profile, dir string) ([]mount.Mount, map[string]string) {
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: r.cfg.InitPath, Target: InitTarget, ReadOnly: true},
+		{Type: mount.TypeBind, Source: dir, Target: initproto.CtlDir, ReadOnly: true},
 	}
-	b := &box{id: created.ID, name: name, key: p.key(), dir: dir, created: time.Now(),
-		frames: make(chan frame, 64), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
-	fail := func(op string, err error) (*box, error) {
+	tmpfs := map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)}
+	hasWorkspace := false
+	for _, m := range p.Mounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+		hasWorkspace = hasWorkspace || m.Target == WorkspaceDir
+	}
+	if !hasWorkspace {
+		tmpfs[WorkspaceDir] = fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)
+	}
+	if r.cfg.InstallTmpfsMB > 0 {
+		uid, gid, _ := numericUser(r.cfg.User)
+		tmpfs[InstallDir] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%dm,mode=0755,uid=%s,gid=%s", r.cfg.InstallTmpfsMB, uid, gid)
+	}
+	for _, m := range r.cfg.ExtraMounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
+	}
+	return mounts, tmpfs
+}
+
+// bootBox attaches to b's created container and starts it, accepts init's
+// control connection on ln and waits for init's hello into b.hello. On
+// failure it destroys b (ln closed, init's last words added to the error)
+// and returns an *InfraError.
+func (r *Runtime) bootBox(ctx context.Context, b *box, ln *net.UnixListener) error {
+	fail := func(op string, err error) error {
 		ln.Close()
 		if b.ctl == nil {
 			close(b.dead)
@@ -356,7 +406,7 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		if d := b.initDiag(); d != "" {
 			err = fmt.Errorf("%w (init: %s)", err, d)
 		}
-		return nil, infra(op, err, true)
+		return infra(op, err, true)
 	}
 	att, err := r.docker.ContainerAttach(ctx, b.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})
 	if err != nil {
@@ -384,13 +434,7 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	case <-ctx.Done():
 		return fail("wait for init", ctx.Err())
 	}
-	if b.hello.Bash == "" && b.hello.Sh == "" {
-		r.destroy(b)
-		return nil, infra("start container", fmt.Errorf("image %q has neither bash nor sh on the default PATH", p.Image), false)
-	}
-	b.lastBeat.Store(time.Now().UnixNano())
-	go b.heartbeat(r.cfg.HeartbeatInterval)
-	return b, nil
+	return nil
 }
 
 // ended explains a box whose control connection ended while a command of

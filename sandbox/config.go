@@ -69,14 +69,55 @@ type Config struct {
 	Logger            *slog.Logger
 }
 
+// withDefaults fills in every zero field and validates the result: the
+// one place Config defaults live, each concern by its own method. The
+// checks run after the defaults they read, in order; the first failure is
+// returned, wrapping ErrConfig.
 func (c Config) withDefaults() (Config, error) {
+	c.defaultIdentity()
+	c.defaultPaths()
+	c.defaultLimits()
+	c.defaultPool()
+	c.defaultTimings()
+	if err := c.checkControl(); err != nil {
+		return c, err
+	}
+	if err := c.prepareInstallDir(); err != nil {
+		return c, err
+	}
+	if err := c.cleanExtraMounts(); err != nil {
+		return c, err
+	}
+	if err := c.checkInitPath(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// defaultIdentity names this worker (Owner) and its logger.
+func (c *Config) defaultIdentity() {
 	if c.Owner == "" {
 		h, _ := os.Hostname()
 		c.Owner = h + "-" + strconv.Itoa(os.Getpid())
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("component", "sandbox")
+}
+
+// defaultPaths fills in the host paths: the init binary and the run dir.
+func (c *Config) defaultPaths() {
 	if c.InitPath == "" {
 		c.InitPath = DefaultInitPath()
 	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir()
+	}
+}
+
+// defaultLimits fills in what every command runs as and its ulimits.
+func (c *Config) defaultLimits() {
 	if c.User == "" {
 		c.User = "1000:1000"
 	}
@@ -89,6 +130,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.OutputKillBytes == 0 {
 		c.OutputKillBytes = 256 << 20
 	}
+}
+
+// defaultPool fills in the warm pool's sizes and the removal workers.
+func (c *Config) defaultPool() {
 	if c.PoolSize == 0 {
 		c.PoolSize = 2
 	}
@@ -98,11 +143,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PoolIdleTTL == 0 {
 		c.PoolIdleTTL = 5 * time.Minute
 	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = 60 * time.Second
-	}
 	if c.RemoveWorkers == 0 {
 		c.RemoveWorkers = 2
+	}
+}
+
+// defaultTimings fills in the start timeout, the reaper's period and grace,
+// and init's watchdog with the heartbeat that feeds it.
+func (c *Config) defaultTimings() {
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 60 * time.Second
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = 15 * time.Second
@@ -110,64 +160,79 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ReapGrace == 0 {
 		c.ReapGrace = time.Minute
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	c.Logger = c.Logger.With("component", "sandbox")
-	if c.RunDir == "" {
-		c.RunDir = DefaultRunDir()
-	}
 	if c.Watchdog == 0 {
 		c.Watchdog = 5 * time.Second
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = min(time.Second, c.Watchdog/3)
 	}
+}
+
+// checkControl validates the control channel to init: the watchdog, the
+// heartbeat, and the run directory the control socket lives under.
+func (c *Config) checkControl() error {
 	switch {
 	case c.Watchdog < 500*time.Millisecond:
-		return c, fmt.Errorf("%w: watchdog %s is below 500ms (init would end boxes of a busy worker)", ErrConfig, c.Watchdog)
+		return fmt.Errorf("%w: watchdog %s is below 500ms (init would end boxes of a busy worker)", ErrConfig, c.Watchdog)
 	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.Watchdog/3:
-		return c, fmt.Errorf("%w: heartbeat interval %s must be in (0, watchdog/3 = %s]", ErrConfig, c.HeartbeatInterval, c.Watchdog/3)
+		return fmt.Errorf("%w: heartbeat interval %s must be in (0, watchdog/3 = %s]", ErrConfig, c.HeartbeatInterval, c.Watchdog/3)
 	case !filepath.IsAbs(c.RunDir):
-		return c, fmt.Errorf("%w: run directory %q must be absolute", ErrConfig, c.RunDir)
+		return fmt.Errorf("%w: run directory %q must be absolute", ErrConfig, c.RunDir)
 	}
 	// <run dir>/<owner>/<seq>/init.sock, seq up to 12 digits.
 	if n := len(ownerRunDir(c.RunDir, c.Owner)) + len("/123456789012/init.sock"); n > 107 {
-		return c, fmt.Errorf("%w: run directory %q with owner %q makes a socket path of %d bytes; a unix socket path has at most 107: use a shorter --run-dir", ErrConfig, c.RunDir, c.Owner, n)
+		return fmt.Errorf("%w: run directory %q with owner %q makes a socket path of %d bytes; a unix socket path has at most 107: use a shorter --run-dir", ErrConfig, c.RunDir, c.Owner, n)
 	}
+	return nil
+}
+
+// prepareInstallDir defaults the install dir's size and checks that, when
+// it is on, User is numeric (its tmpfs is mounted with that uid and gid).
+func (c *Config) prepareInstallDir() error {
 	if c.InstallTmpfsMB == 0 {
 		c.InstallTmpfsMB = 256
 	}
 	if c.InstallTmpfsMB > 0 {
 		if _, _, ok := numericUser(c.User); !ok {
-			return c, fmt.Errorf("%w: user %q must be numeric uid:gid when the install dir is on (set InstallTmpfsMB < 0 to turn it off)", ErrConfig, c.User)
+			return fmt.Errorf("%w: user %q must be numeric uid:gid when the install dir is on (set InstallTmpfsMB < 0 to turn it off)", ErrConfig, c.User)
 		}
 	}
+	return nil
+}
+
+// cleanExtraMounts validates ExtraMounts and replaces them with a cleaned,
+// read-only copy; on an error they are left as given.
+func (c *Config) cleanExtraMounts() error {
 	seen, extra := map[string]bool{}, make([]Mount, 0, len(c.ExtraMounts))
 	for _, m := range c.ExtraMounts {
 		t := filepath.Clean(m.Target)
 		switch {
 		case !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target):
-			return c, fmt.Errorf("%w: extra mount %s → %s: both paths must be absolute", ErrConfig, m.Source, m.Target)
+			return fmt.Errorf("%w: extra mount %s → %s: both paths must be absolute", ErrConfig, m.Source, m.Target)
 		case t == "/" || t == InitTarget || t == InstallDir || t == "/tmp" || t == WorkspaceDir ||
 			strings.HasPrefix(t, "/tmp/") || strings.HasPrefix(t, WorkspaceDir+"/") || strings.HasPrefix(t, InstallDir+"/") || seen[t]:
-			return c, fmt.Errorf("%w: extra mount target %s collides with a sandbox mount", ErrConfig, m.Target)
+			return fmt.Errorf("%w: extra mount target %s collides with a sandbox mount", ErrConfig, m.Target)
 		}
 		if _, err := os.Stat(m.Source); err != nil {
-			return c, fmt.Errorf("%w: extra mount source: %v", ErrConfig, err)
+			return fmt.Errorf("%w: extra mount source: %v", ErrConfig, err)
 		}
 		seen[t] = true
 		extra = append(extra, Mount{Source: m.Source, Target: t, ReadOnly: true})
 	}
 	c.ExtraMounts = extra // a copy: the caller's slice is not changed
+	return nil
+}
+
+// checkInitPath checks that InitPath is an absolute path to an executable.
+func (c *Config) checkInitPath() error {
 	if !filepath.IsAbs(c.InitPath) {
-		return c, fmt.Errorf("%w: init path %q must be absolute", ErrConfig, c.InitPath)
+		return fmt.Errorf("%w: init path %q must be absolute", ErrConfig, c.InitPath)
 	}
 	st, err := os.Stat(c.InitPath)
 	if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return c, fmt.Errorf("%w: init binary %s is missing or not executable (build it with `make build`, or set --init-path / PADDOCK_INIT_PATH)", ErrConfig, c.InitPath)
+		return fmt.Errorf("%w: init binary %s is missing or not executable (build it with `make build`, or set --init-path / PADDOCK_INIT_PATH)", ErrConfig, c.InitPath)
 	}
-	return c, nil
+	return nil
 }
 
 // numericUser splits a "uid:gid" (or "uid") user of digits.

@@ -128,18 +128,10 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(fileExp, sdktrace.WithBatchTimeout(spanFileBatchTimeout)))
 	}
 
-	reg := prometheus.NewRegistry()
-	if err := errors.Join(
-		reg.Register(collectors.NewGoCollector()),
-		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
-	); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("telemetry: prometheus collectors: %w", err)
-	}
-	promReader, err := promexporter.New(promexporter.WithRegisterer(reg))
+	reg, promReader, err := newPromReader()
 	if err != nil {
 		cleanup()
-		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+		return nil, err
 	}
 	closers = append(closers, promReader.Shutdown)
 	meterOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)}
@@ -172,6 +164,24 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	logger.Debug("telemetry ready", "traces", tracesName, "metrics", metricsName,
 		"span_file", cfg.SpanFile, "global", cfg.SetGlobal)
 	return p, nil
+}
+
+// newPromReader returns the registry MetricsHandler serves, holding the Go
+// runtime and process collectors, and the reader that exports the
+// MeterProvider's metrics into it.
+func newPromReader() (*prometheus.Registry, *promexporter.Exporter, error) {
+	reg := prometheus.NewRegistry()
+	if err := errors.Join(
+		reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
+	); err != nil {
+		return nil, nil, fmt.Errorf("telemetry: prometheus collectors: %w", err)
+	}
+	promReader, err := promexporter.New(promexporter.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	return reg, promReader, nil
 }
 
 func (c Config) withDefaults() Config {

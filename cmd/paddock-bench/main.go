@@ -86,94 +86,32 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	if o.initPath == "" {
-		o.initPath = "bin/paddock-init"
-		if _, err := os.Stat(o.initPath); err != nil {
-			o.initPath = sandbox.DefaultInitPath()
-		}
-	}
-	initPath, err := filepath.Abs(o.initPath)
+	initPath, err := initBinary(o.initPath)
 	if err != nil {
 		return err
 	}
-	d, err := client.New(client.FromEnv)
+	d, ver, err := connectEngine(ctx, o.image)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if _, err := d.ImageInspect(ctx, o.image); err != nil {
-		return fmt.Errorf("image %s: %w (run `make images`)", o.image, err)
-	}
-	ver, err := d.ServerVersion(ctx, client.ServerVersionOptions{})
-	if err != nil {
-		return fmt.Errorf("docker engine: %w", err)
-	}
 	runID := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
 	// Scenarios, in table order. Everything created is removed on return.
-	var scs []*scenario
-	defer func() {
-		for _, sc := range slices.Backward(scs) {
-			if sc.close != nil {
-				sc.close()
-			}
-		}
-		if n, err := removeLabelled(d, runID); err != nil || n > 0 {
-			fmt.Fprintf(os.Stderr, "cleanup: removed %d leftover containers (%v)\n", n, err)
-		}
-	}()
-	want := func(name string) bool {
-		return o.only == "" || slices.Contains(strings.Split(o.only, ","), name)
+	var set scenarioSet
+	defer set.close(d, runID)
+	if err := set.build(ctx, d, o, initPath, runID); err != nil {
+		return err
 	}
-	if want("host") {
-		scs = append(scs, hostScenario())
-	}
-	var rt *sandbox.Runtime
-	if want("paddock") || want("paddock_bash") {
-		pss, r, err := paddockScenarios(ctx, d, o.image, initPath, runID)
-		if err != nil {
-			return fmt.Errorf("paddock: %w", err)
-		}
-		rt = r
-		for _, sc := range pss {
-			if want(sc.name) {
-				scs = append(scs, sc)
-			} else if sc.close != nil {
-				defer sc.close()
-			}
-		}
-	}
-	if want("docker_exec") {
-		sc, err := dockerExecScenario(ctx, d, o.image, runID)
-		if err != nil {
-			return err
-		}
-		scs = append(scs, sc)
-	}
-	if want("docker_run") {
-		scs = append(scs, dockerRunScenario(o.image, runID))
-	}
-	if want("engine_raw") {
-		scs = append(scs, engineRawScenario(d, o.image, runID))
-	}
-	if len(scs) == 0 {
-		return fmt.Errorf("no scenario selected by -only %q", o.only)
-	}
-	res := make([]*result, len(scs))
-	for i, sc := range scs {
+	res := make([]*result, len(set.scs))
+	for i, sc := range set.scs {
 		res[i] = newResult(sc)
 	}
 
 	start := time.Now()
 	fmt.Printf("paddock-bench: %d scenarios, image %s, %d CPUs, Docker %s (API %s)\n",
-		len(scs), o.image, runtime.NumCPU(), ver.Version, ver.APIVersion)
-	fmt.Printf("latency: %d warm-up + %d measured jobs per scenario, one at a time, interleaved\n", o.warmup, o.n)
-	if err := latencyPhase(ctx, res, o); err != nil {
-		return err
-	}
-	fmt.Printf("throughput: %d rounds × ≥%d jobs and ≥%v per scenario, %d in parallel, alternating order\n",
-		o.rounds, o.jobs, o.minDur, o.parallel)
-	if err := throughputPhase(ctx, res, o); err != nil {
+		len(set.scs), o.image, runtime.NumCPU(), ver.Version, ver.APIVersion)
+	if err := measure(ctx, res, o); err != nil {
 		return err
 	}
 	elapsed := time.Since(start)
@@ -183,26 +121,146 @@ func run(ctx context.Context, o options) error {
 		API: ver.APIVersion, Kernel: kernelRelease(), Go: runtime.Version(), Image: o.image,
 		ElapsedS: elapsed.Seconds(),
 	})
-	if rt != nil {
-		s := rt.Stats()
+	if set.rt != nil {
+		s := set.rt.Stats()
 		rep.Meta.PaddockPool = fmt.Sprintf("hits %d, cold starts %d, removed %d", s.Hits.Load(), s.ColdStarts.Load(), s.Removed.Load())
 	}
 	printTable(os.Stdout, rep, res)
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := writeOutputs(o.out, rep, res, elapsed); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(o.out, "latest.json"), rep); err != nil {
-		return err
-	}
-	if err := writeSVG(filepath.Join(o.out, "latency.svg"), rep, res); err != nil {
-		return err
-	}
-	fmt.Printf("wrote %s and %s in %v\n", filepath.Join(o.out, "latest.json"), filepath.Join(o.out, "latency.svg"), elapsed.Round(time.Second))
 	for _, r := range res {
 		if r.errors > 0 {
 			return fmt.Errorf("%s: %d jobs failed, first: %s", r.sc.name, r.errors, r.firstErr)
 		}
 	}
+	return nil
+}
+
+// initBinary returns the absolute path of the paddock-init binary: path,
+// or when empty bin/paddock-init if it exists, else sandbox.DefaultInitPath.
+func initBinary(path string) (string, error) {
+	if path == "" {
+		path = "bin/paddock-init"
+		if _, err := os.Stat(path); err != nil {
+			path = sandbox.DefaultInitPath()
+		}
+	}
+	return filepath.Abs(path)
+}
+
+// connectEngine connects to the Docker engine of the environment, checks
+// that image is there and returns the engine's version. The caller closes
+// the client.
+func connectEngine(ctx context.Context, image string) (*client.Client, client.ServerVersionResult, error) {
+	d, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, client.ServerVersionResult{}, err
+	}
+	if _, err := d.ImageInspect(ctx, image); err != nil {
+		d.Close()
+		return nil, client.ServerVersionResult{}, fmt.Errorf("image %s: %w (run `make images`)", image, err)
+	}
+	ver, err := d.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		d.Close()
+		return nil, client.ServerVersionResult{}, fmt.Errorf("docker engine: %w", err)
+	}
+	return d, ver, nil
+}
+
+// scenarioSet is what run measures: the scenarios -only selects, in table
+// order, and what must be released with them.
+type scenarioSet struct {
+	scs []*scenario
+	// unused are the closers of scenarios built alongside a selected one
+	// (paddock and paddock_bash share one Runtime) but not selected.
+	unused []func()
+	// rt is the Paddock runtime, if a paddock scenario was built.
+	rt *sandbox.Runtime
+}
+
+// build creates the scenarios o.only selects. On error, what was built so
+// far is still released by close.
+func (set *scenarioSet) build(ctx context.Context, d *client.Client, o options, initPath, runID string) error {
+	selected := func(name string) bool {
+		return o.only == "" || slices.Contains(strings.Split(o.only, ","), name)
+	}
+	if selected("host") {
+		set.scs = append(set.scs, hostScenario())
+	}
+	if selected("paddock") || selected("paddock_bash") {
+		pss, r, err := paddockScenarios(ctx, d, o.image, initPath, runID)
+		if err != nil {
+			return fmt.Errorf("paddock: %w", err)
+		}
+		set.rt = r
+		for _, sc := range pss {
+			if selected(sc.name) {
+				set.scs = append(set.scs, sc)
+			} else if sc.close != nil {
+				set.unused = append(set.unused, sc.close)
+			}
+		}
+	}
+	if selected("docker_exec") {
+		sc, err := dockerExecScenario(ctx, d, o.image, runID)
+		if err != nil {
+			return err
+		}
+		set.scs = append(set.scs, sc)
+	}
+	if selected("docker_run") {
+		set.scs = append(set.scs, dockerRunScenario(o.image, runID))
+	}
+	if selected("engine_raw") {
+		set.scs = append(set.scs, engineRawScenario(d, o.image, runID))
+	}
+	if len(set.scs) == 0 {
+		return fmt.Errorf("no scenario selected by -only %q", o.only)
+	}
+	return nil
+}
+
+// close releases the unselected scenarios, then the selected ones in
+// reverse order, then removes any container still labelled with runID.
+func (set *scenarioSet) close(d *client.Client, runID string) {
+	for _, c := range slices.Backward(set.unused) {
+		c()
+	}
+	for _, sc := range slices.Backward(set.scs) {
+		if sc.close != nil {
+			sc.close()
+		}
+	}
+	if n, err := removeLabelled(d, runID); err != nil || n > 0 {
+		fmt.Fprintf(os.Stderr, "cleanup: removed %d leftover containers (%v)\n", n, err)
+	}
+}
+
+// measure runs the latency phase, then the throughput phase.
+func measure(ctx context.Context, res []*result, o options) error {
+	fmt.Printf("latency: %d warm-up + %d measured jobs per scenario, one at a time, interleaved\n", o.warmup, o.n)
+	if err := latencyPhase(ctx, res, o); err != nil {
+		return err
+	}
+	fmt.Printf("throughput: %d rounds × ≥%d jobs and ≥%v per scenario, %d in parallel, alternating order\n",
+		o.rounds, o.jobs, o.minDur, o.parallel)
+	return throughputPhase(ctx, res, o)
+}
+
+// writeOutputs writes latest.json and latency.svg into dir and says so.
+func writeOutputs(dir string, rep *report, res []*result, elapsed time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "latest.json"), rep); err != nil {
+		return err
+	}
+	if err := writeSVG(filepath.Join(dir, "latency.svg"), rep, res); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s in %v\n", filepath.Join(dir, "latest.json"), filepath.Join(dir, "latency.svg"), elapsed.Round(time.Second))
 	return nil
 }
 

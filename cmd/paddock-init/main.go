@@ -68,22 +68,9 @@ type initProc struct {
 func main() {
 	// First, before anything of the job can exist: out of its reach.
 	sigs := protect()
-	watchdog := 5 * time.Second
-	for _, a := range os.Args[1:] {
-		if v, ok := strings.CutPrefix(a, initproto.WatchdogFlag); ok {
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
-				watchdog = time.Duration(ms) * time.Millisecond
-			}
-		}
-	}
+	watchdog := watchdogPeriod(os.Args[1:])
 	p := &initProc{waiters: map[int]chan syscall.WaitStatus{}}
-	go func() {
-		for s := range sigs {
-			if s == syscall.SIGCHLD {
-				p.reap()
-			} // every other signal sent to init is dropped
-		}
-	}()
+	go p.handleSignals(sigs)
 	lockText()
 	reserveThreads(8)
 	hello := initproto.Hello{Version: initproto.Version, PID: os.Getpid(), UID: os.Getuid()}
@@ -99,70 +86,116 @@ func main() {
 	b, _ := json.Marshal(hello)
 	p.send(initproto.TypeHello, b)
 
-	// The attached stdin carries nothing; its EOF means the worker's end
-	// of the attach stream closed (worker gone, container being removed).
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		die(0)
-	}()
-	// The watchdog: the worker sends a heartbeat every second; silence for
-	// the whole period means it is hung or cut off, and the box must not
-	// go on without it.
-	go func() {
-		t := time.NewTicker(min(watchdog/4, 250*time.Millisecond))
-		defer t.Stop()
-		for range t.C {
-			if time.Since(time.Unix(0, p.lastHeard.Load())) > watchdog {
-				fmt.Fprintf(os.Stderr, "paddock-init: worker silent for %s: ending the box\n", watchdog)
-				die(4)
-			}
-		}
-	}()
-
+	go watchStdin()
+	go p.watchdog(watchdog)
 	// Frames are read while commands run, not only between them: EOF (the
 	// worker went away) ends everything at once, even mid-command.
 	frames := make(chan frame)
-	go func() {
-		in := bufio.NewReaderSize(conn, 64<<10)
-		for {
-			typ, payload, err := initproto.ReadFrame(in, initproto.MaxPayload)
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					fmt.Fprintf(os.Stderr, "paddock-init: %v\n", err)
-				}
-				die(0)
-			}
-			p.lastHeard.Store(time.Now().UnixNano())
-			if typ == initproto.TypeHeartbeat {
-				continue
-			}
-			frames <- frame{typ, payload}
-		}
-	}()
+	go p.readFrames(conn, frames)
 	for f := range frames {
-		switch f.typ {
-		case initproto.TypeRun:
-			var req initproto.Request
-			if err := json.Unmarshal(f.payload, &req); err != nil {
-				fmt.Fprintf(os.Stderr, "paddock-init: bad request: %v\n", err)
-				die(2)
+		p.handle(f)
+	}
+}
+
+// watchdogPeriod returns the period given by the last valid
+// initproto.WatchdogFlag in args (milliseconds, > 0), 5s by default.
+func watchdogPeriod(args []string) time.Duration {
+	watchdog := 5 * time.Second
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, initproto.WatchdogFlag); ok {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+				watchdog = time.Duration(ms) * time.Millisecond
 			}
-			exit, tails := p.run(req)
-			for i, typ := range []byte{initproto.TypeTailOut, initproto.TypeTailErr} {
-				for t := tails[i]; len(t) > 0; {
-					n := min(len(t), initproto.ChunkSize)
-					p.send(typ, t[:n])
-					t = t[n:]
-				}
+		}
+	}
+	return watchdog
+}
+
+// handleSignals reaps on every SIGCHLD that protect catches and drops every
+// other signal.
+func (p *initProc) handleSignals(sigs <-chan os.Signal) {
+	for s := range sigs {
+		if s == syscall.SIGCHLD {
+			p.reap()
+		} // every other signal sent to init is dropped
+	}
+}
+
+// watchStdin ends the box at the EOF of the attached stdin. It carries
+// nothing; its EOF means the worker's end of the attach stream closed
+// (worker gone, container being removed).
+func watchStdin() {
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	die(0)
+}
+
+// watchdog ends the box when the worker has been silent for the whole
+// period. The worker sends a heartbeat every second; that much silence
+// means it is hung or cut off, and the box must not go on without it.
+func (p *initProc) watchdog(period time.Duration) {
+	t := time.NewTicker(min(period/4, 250*time.Millisecond))
+	defer t.Stop()
+	for range t.C {
+		if time.Since(time.Unix(0, p.lastHeard.Load())) > period {
+			fmt.Fprintf(os.Stderr, "paddock-init: worker silent for %s: ending the box\n", period)
+			die(4)
+		}
+	}
+}
+
+// readFrames reads the worker's frames from conn, notes when each arrived,
+// drops heartbeats and hands every other frame to frames. Any read error
+// ends the box; only one other than EOF (the worker went away) is logged.
+func (p *initProc) readFrames(conn io.Reader, frames chan<- frame) {
+	in := bufio.NewReaderSize(conn, 64<<10)
+	for {
+		typ, payload, err := initproto.ReadFrame(in, initproto.MaxPayload)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				fmt.Fprintf(os.Stderr, "paddock-init: %v\n", err)
 			}
-			b, _ := json.Marshal(exit)
-			p.send(initproto.TypeExit, b)
-		case initproto.TypeProbe:
-			b, _ := json.Marshal(probe())
-			p.send(initproto.TypeFacts, b)
-		default:
-			fmt.Fprintf(os.Stderr, "paddock-init: unknown frame %q\n", f.typ)
+			die(0)
+		}
+		p.lastHeard.Store(time.Now().UnixNano())
+		if typ == initproto.TypeHeartbeat {
+			continue
+		}
+		frames <- frame{typ, payload}
+	}
+}
+
+// handle answers one frame of the worker: a command runs and is answered
+// with its tails and its exit, a probe with the facts; a bad request or an
+// unknown frame ends the box.
+func (p *initProc) handle(f frame) {
+	switch f.typ {
+	case initproto.TypeRun:
+		var req initproto.Request
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			fmt.Fprintf(os.Stderr, "paddock-init: bad request: %v\n", err)
 			die(2)
+		}
+		exit, tails := p.run(req)
+		p.sendTails(tails)
+		b, _ := json.Marshal(exit)
+		p.send(initproto.TypeExit, b)
+	case initproto.TypeProbe:
+		b, _ := json.Marshal(probe())
+		p.send(initproto.TypeFacts, b)
+	default:
+		fmt.Fprintf(os.Stderr, "paddock-init: unknown frame %q\n", f.typ)
+		die(2)
+	}
+}
+
+// sendTails sends the kept tails of stdout and stderr, in that order, in
+// chunks of at most initproto.ChunkSize.
+func (p *initProc) sendTails(tails [2][]byte) {
+	for i, typ := range []byte{initproto.TypeTailOut, initproto.TypeTailErr} {
+		for t := tails[i]; len(t) > 0; {
+			n := min(len(t), initproto.ChunkSize)
+			p.send(typ, t[:n])
+			t = t[n:]
 		}
 	}
 }
@@ -319,6 +352,50 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 		exit.ExitCode, exit.StartErr = 126, err.Error()
 		return exit, tails
 	}
+	pid, done, err := p.start(path, req, outW, errW)
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		exit.ExitCode, exit.StartErr = 126, err.Error()
+		if errors.Is(err, os.ErrNotExist) {
+			exit.ExitCode = 127
+		}
+		exit.DurationNS = int64(time.Since(start))
+		return exit, tails
+	}
+
+	c := newCommand(p, pid, req, outR, errR)
+	c.pumpsDone.Add(2)
+	go c.pump(outR, c.streams[0])
+	go c.pump(errR, c.streams[1])
+	ws := c.wait(done, req.TimeoutMS, pids0)
+	// The main process is gone; kill what it left behind so every pipe
+	// closes and nothing survives into the next command.
+	exit.Leftover = killLeftovers()
+	// Every writer is dead, so the pumps reach EOF; if a process the
+	// kernel cannot kill yet still holds a pipe, stop reading anyway.
+	c.drain()
+
+	c.recordKill(&exit)
+	switch {
+	case ws.Exited():
+		exit.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		exit.ExitCode, exit.Signal = -1, int(ws.Signal())
+	}
+	oom1, pids1 := cgroupCounters()
+	exit.OOMKills, exit.PidsMax = max(oom1-oom0, 0), max(pids1-pids0, 0)
+	exit.StdoutBytes, exit.StderrBytes = c.streams[0].total, c.streams[1].total
+	tails[0], tails[1] = c.streams[0].tail.Bytes(), c.streams[1].tail.Bytes()
+	exit.DurationNS = int64(time.Since(start))
+	return exit, tails
+}
+
+// start starts the command at path in its own process group, with
+// /dev/null as stdin and outW and errW as stdout and stderr, and closes
+// init's copies of those three. On success it returns the pid, already
+// demoted, and the channel its wait status arrives on.
+func (p *initProc) start(path string, req initproto.Request, outW, errW *os.File) (int, chan syscall.WaitStatus, error) {
 	devnull, _ := os.Open(os.DevNull)
 	dir := req.Dir
 	if dir == "" {
@@ -343,69 +420,88 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 		devnull.Close()
 	}
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		exit.ExitCode, exit.StartErr = 126, err.Error()
-		if errors.Is(err, os.ErrNotExist) {
-			exit.ExitCode = 127
-		}
-		exit.DurationNS = int64(time.Since(start))
-		return exit, tails
+		return 0, nil, err
 	}
 	pid := proc.Pid
 	_ = proc.Release()
 	demote(pid)
 	p.reap() // in case SIGCHLD fired before the waiter existed
+	return pid, done, nil
+}
 
+// command is one started command: its process group, the read ends of its
+// output pipes with the pumps that read them, and why init killed it, if
+// it did.
+type command struct {
+	p          *initProc
+	pid        int
+	outputKill int64 // req.OutputKill
+	outR, errR *os.File
+	streams    [2]*stream
+
+	killOnce  sync.Once
+	killed    chan string
+	totalOut  atomic.Int64
+	pumpsDone sync.WaitGroup
+}
+
+func newCommand(p *initProc, pid int, req initproto.Request, outR, errR *os.File) *command {
 	capHalf := req.OutputCap / 2
-	streams := [2]*stream{
-		{typ: initproto.TypeStdout, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
-		{typ: initproto.TypeStderr, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
+	return &command{
+		p: p, pid: pid, outputKill: req.OutputKill, outR: outR, errR: errR,
+		streams: [2]*stream{
+			{typ: initproto.TypeStdout, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
+			{typ: initproto.TypeStderr, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
+		},
+		killed: make(chan string, 1),
 	}
-	var (
-		killOnce  sync.Once
-		killed    = make(chan string, 1)
-		totalOut  atomic.Int64
-		pumpsDone sync.WaitGroup
-	)
-	kill := func(why string) {
-		killOnce.Do(func() {
-			killed <- why
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			killAll()
-		})
-	}
-	pump := func(r *os.File, s *stream) {
-		defer pumpsDone.Done()
-		buf := make([]byte, initproto.ChunkSize)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				chunk := buf[:n]
-				s.total += int64(n)
-				if s.headLeft > 0 {
-					h := min(int64(len(chunk)), s.headLeft)
-					p.send(s.typ, chunk[:h])
-					s.headLeft -= h
-					chunk = chunk[h:]
-				}
-				if len(chunk) > 0 {
-					_, _ = s.tail.Write(chunk)
-				}
-				if t := totalOut.Add(int64(n)); req.OutputKill > 0 && t > req.OutputKill {
-					kill("output")
-				}
+}
+
+// kill kills the command's process group and every other process but
+// init, the first time only, and records why.
+func (c *command) kill(why string) {
+	c.killOnce.Do(func() {
+		c.killed <- why
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		killAll()
+	})
+}
+
+// pump reads r until it fails: the head of s is sent live, the rest kept in
+// its tail, and every byte counted; output beyond the kill limit, if any
+// (both streams together), kills the command.
+func (c *command) pump(r *os.File, s *stream) {
+	defer c.pumpsDone.Done()
+	buf := make([]byte, initproto.ChunkSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			s.total += int64(n)
+			if s.headLeft > 0 {
+				h := min(int64(len(chunk)), s.headLeft)
+				c.p.send(s.typ, chunk[:h])
+				s.headLeft -= h
+				chunk = chunk[h:]
 			}
-			if err != nil {
-				return
+			if len(chunk) > 0 {
+				_, _ = s.tail.Write(chunk)
+			}
+			if t := c.totalOut.Add(int64(n)); c.outputKill > 0 && t > c.outputKill {
+				c.kill("output")
 			}
 		}
+		if err != nil {
+			return
+		}
 	}
-	pumpsDone.Add(2)
-	go pump(outR, streams[0])
-	go pump(errR, streams[1])
+}
 
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+// wait returns the wait status of the command's main process, from done.
+// Meanwhile it kills the command when the timeout (30s when none) passes
+// or when the pids cgroup has refused a fork since pids0.
+func (c *command) wait(done <-chan syscall.WaitStatus, timeoutMS, pids0 int64) syscall.WaitStatus {
+	timeout := time.Duration(timeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
@@ -414,41 +510,42 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 	pidsTick := time.NewTicker(20 * time.Millisecond)
 	defer pidsTick.Stop()
 
-	var ws syscall.WaitStatus
-wait:
 	for {
 		select {
-		case ws = <-done:
-			break wait
+		case ws := <-done:
+			return ws
 		case <-timer.C:
-			kill("timeout")
+			c.kill("timeout")
 		case <-pidsTick.C:
 			// Whatever forked before demote reached it: the group again.
-			_ = syscall.Setpriority(syscall.PRIO_PGRP, pid, jobNice)
+			_ = syscall.Setpriority(syscall.PRIO_PGRP, c.pid, jobNice)
 			if _, pids := cgroupCounters(); pids > pids0 {
-				kill("pids")
+				c.kill("pids")
 			}
 		}
 	}
-	// The main process is gone; kill what it left behind so every pipe
-	// closes and nothing survives into the next command.
-	exit.Leftover = killLeftovers()
-	// Every writer is dead, so the pumps reach EOF; if a process the
-	// kernel cannot kill yet still holds a pipe, stop reading anyway.
+}
+
+// drain waits for both pumps to finish, closing the read ends under them
+// if they have not within 2s, and then closes the read ends.
+func (c *command) drain() {
 	pumped := make(chan struct{})
-	go func() { pumpsDone.Wait(); close(pumped) }()
+	go func() { c.pumpsDone.Wait(); close(pumped) }()
 	select {
 	case <-pumped:
 	case <-time.After(2 * time.Second):
-		outR.Close()
-		errR.Close()
+		c.outR.Close()
+		c.errR.Close()
 		<-pumped
 	}
-	outR.Close()
-	errR.Close()
+	c.outR.Close()
+	c.errR.Close()
+}
 
+// recordKill marks in exit why init killed the command, if it did.
+func (c *command) recordKill(exit *initproto.Exit) {
 	select {
-	case why := <-killed:
+	case why := <-c.killed:
 		switch why {
 		case "timeout":
 			exit.TimedOut = true
@@ -459,18 +556,6 @@ wait:
 		}
 	default:
 	}
-	switch {
-	case ws.Exited():
-		exit.ExitCode = ws.ExitStatus()
-	case ws.Signaled():
-		exit.ExitCode, exit.Signal = -1, int(ws.Signal())
-	}
-	oom1, pids1 := cgroupCounters()
-	exit.OOMKills, exit.PidsMax = max(oom1-oom0, 0), max(pids1-pids0, 0)
-	exit.StdoutBytes, exit.StderrBytes = streams[0].total, streams[1].total
-	tails[0], tails[1] = streams[0].tail.Bytes(), streams[1].tail.Bytes()
-	exit.DurationNS = int64(time.Since(start))
-	return exit, tails
 }
 
 // jobNice is the nice value of every job process. Inside the box's CPU

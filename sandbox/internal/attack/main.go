@@ -49,8 +49,30 @@ func main() {
 		mode = os.Args[1]
 	}
 	var held []*os.File
-	// Signals: every one, to PID 1. kill(2) succeeds for the same uid; what
-	// counts is that init is still there afterwards.
+	signalInit()
+	held = append(held, openInitFds()...)
+	readInit()
+	traceInit()
+	held = append(held, stealInitFds()...)
+	reachControlPlane()
+
+	if mode == "hold" {
+		fmt.Printf("holding %d descriptors of init\n", len(held))
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	if len(reached) == 0 {
+		fmt.Println("reached: none")
+	} else {
+		fmt.Printf("reached: %v\n", reached)
+	}
+	os.Exit(len(reached))
+}
+
+// signalInit sends every signal to PID 1. kill(2) succeeds for the same
+// uid; what counts is that init is still there afterwards.
+func signalInit() {
 	for s := 1; s <= 64; s++ {
 		_ = syscall.Kill(1, syscall.Signal(s))
 	}
@@ -60,7 +82,13 @@ func main() {
 	} else {
 		report("signals 1-64 to PID 1", fmt.Errorf("init still running"), false)
 	}
+}
 
+// openInitFds lists init's descriptors and opens each of the first 16 it
+// can through /proc/1/fd, writing forged and garbage frames to those it
+// opens for writing; it returns every one it opened.
+func openInitFds() []*os.File {
+	var held []*os.File
 	_, err := os.ReadDir("/proc/1/fd")
 	report("list /proc/1/fd", err, err == nil)
 	for fd := 0; fd < 16; fd++ {
@@ -81,6 +109,12 @@ func main() {
 			held = append(held, f)
 		}
 	}
+	return held
+}
+
+// readInit tries to read init's memory, environment, maps and executable,
+// and to resolve its working directory and root.
+func readInit() {
 	for _, p := range []string{"/proc/1/mem", "/proc/1/environ", "/proc/1/maps", "/proc/1/exe", "/proc/1/root/.paddock/init"} {
 		f, err := os.Open(p)
 		if err == nil {
@@ -94,6 +128,11 @@ func main() {
 		_, err := os.Readlink(p)
 		report("readlink "+p, err, err == nil)
 	}
+}
+
+// traceInit tries to ptrace init and to read its memory with
+// process_vm_readv.
+func traceInit() {
 	_, _, e := syscall.Syscall6(syscall.SYS_PTRACE, syscall.PTRACE_ATTACH, 1, 0, 0, 0, 0)
 	report("ptrace attach PID 1", e, e == 0)
 	_, _, e = syscall.Syscall6(syscall.SYS_PTRACE, 0x4206 /* PTRACE_SEIZE */, 1, 0, 0, 0, 0)
@@ -107,27 +146,38 @@ func main() {
 	}{0x400000, 8}
 	_, _, e = syscall.Syscall6(sysProcessVMReadv, 1, uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
 	report("process_vm_readv PID 1", e, e == 0)
+}
 
+// stealInitFds tries to copy init's first 16 descriptors through a pidfd,
+// writes a forged frame to each it gets and returns them.
+func stealInitFds() []*os.File {
 	pidfd, _, e := syscall.Syscall(sysPidfdOpen, 1, 0, 0)
 	if e != 0 {
 		report("pidfd_open PID 1", e, false)
-	} else {
-		got := false
-		var last error
-		for fd := 0; fd < 16; fd++ {
-			nfd, _, e := syscall.Syscall(sysPidfdGetfd, pidfd, uintptr(fd), 0)
-			if e == 0 {
-				got = true
-				f := os.NewFile(nfd, "stolen")
-				_, _ = f.Write(forged)
-				held = append(held, f)
-			} else {
-				last = e
-			}
-		}
-		report("pidfd_getfd init's fds", last, got)
+		return nil
 	}
+	var held []*os.File
+	got := false
+	var last error
+	for fd := 0; fd < 16; fd++ {
+		nfd, _, e := syscall.Syscall(sysPidfdGetfd, pidfd, uintptr(fd), 0)
+		if e == 0 {
+			got = true
+			f := os.NewFile(nfd, "stolen")
+			_, _ = f.Write(forged)
+			held = append(held, f)
+		} else {
+			last = e
+		}
+	}
+	report("pidfd_getfd init's fds", last, got)
+	return held
+}
 
+// reachControlPlane tries to connect to the control socket and write a
+// forged frame to it, to create a file in its directory and to open init's
+// executable for writing.
+func reachControlPlane() {
 	for _, p := range []string{"/.paddock/ctl/init.sock"} {
 		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 		if err == nil {
@@ -148,19 +198,6 @@ func main() {
 		f.Close()
 	}
 	report("write /.paddock/init", err, err == nil)
-
-	if mode == "hold" {
-		fmt.Printf("holding %d descriptors of init\n", len(held))
-		for {
-			time.Sleep(time.Hour)
-		}
-	}
-	if len(reached) == 0 {
-		fmt.Println("reached: none")
-	} else {
-		fmt.Printf("reached: %v\n", reached)
-	}
-	os.Exit(len(reached))
 }
 
 func flagName(flag int) string {

@@ -239,6 +239,26 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 		}
 		return Outcome{}, err
 	}
+	req, timeout := s.request(cmd)
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := s.b.send(initproto.TypeRun, payload); err != nil {
+		if s.brokenErr() != nil {
+			// The deadline or Close let go of the box while the request
+			// was being sent: that is the answer, not the send's error.
+			return s.lost(Outcome{})
+		}
+		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
+		return Outcome{}, infra("send command", err, true)
+	}
+	return s.await(ctx, req, timeout, cmd.OnOutput)
+}
+
+// request numbers cmd and turns it into init's run request, with the
+// per-command defaults filled in; it also returns the command's timeout.
+func (s *Session) request(cmd Command) (initproto.Request, time.Duration) {
 	argv, path := cmd.Argv, ""
 	if argv == nil {
 		// The box's own shell, by the path init found; argv[0] is its
@@ -259,25 +279,24 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 		dir = WorkspaceDir
 	}
 	s.reqID++
-	req := initproto.Request{
+	return initproto.Request{
 		ID: s.reqID, Argv: argv, Path: path, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
 		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: s.r.cfg.OutputKillBytes,
-	}
-	payload, err := json.Marshal(req)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if err := s.b.send(initproto.TypeRun, payload); err != nil {
-		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
-		return Outcome{}, infra("send command", err, true)
-	}
+	}, timeout
+}
+
+// await reads init's frames for the sent request req, keeping the
+// command's output and passing it to onOutput (if set), until init reports
+// the exit, the control connection ends, the guard fires or ctx ends.
+func (s *Session) await(ctx context.Context, req initproto.Request, timeout time.Duration, onOutput func(Stream, []byte)) (Outcome, error) {
 	// init enforces the timeout; this guard only catches an init that
 	// stopped answering.
 	guard := time.NewTimer(timeout + 10*time.Second)
 	defer guard.Stop()
 
 	var o Outcome
-	o.Argv = argv
+	o.Argv = req.Argv
+	outCap := req.OutputCap
 	half := outCap / 2
 	// What init sends is bounded by this worker's numbers, never by the
 	// frames: heads to half the cap, tails to the other half.
@@ -297,8 +316,8 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 				if room := half - int64(len(dst.Head)); room > 0 {
 					dst.Head = append(dst.Head, f.payload[:min(int64(len(f.payload)), room)]...)
 				}
-				if cmd.OnOutput != nil {
-					cmd.OnOutput(st, f.payload)
+				if onOutput != nil {
+					onOutput(st, f.payload)
 				}
 			case initproto.TypeTailOut, initproto.TypeTailErr:
 				t := &tails[0]

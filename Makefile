@@ -40,11 +40,12 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
 
-lint: ## gofmt, go vet, staticcheck (pinned in go.mod as a tool) and go mod tidy -diff
+lint: ## gofmt, go vet, staticcheck (pinned in go.mod as a tool), go mod tidy -diff, no function over 80 lines
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; $(GO) mod tidy -diff; exit 1; }
+	$(GO) run ./internal/funclen -max 80 .
 
 up: setup images build ## Run the all-in-one stack in the foreground (Ctrl-C stops)
 	$(BIN)/paddock up

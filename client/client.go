@@ -192,7 +192,7 @@ func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption
 		endSpan(span, err)
 		return Submission{ID: spec.ID}, err
 	}
-	span.SetAttributes(attribute.Bool("paddock.duplicate", ack.Duplicate))
+	span.SetAttributes(attribute.Bool(job.AttrDuplicate, ack.Duplicate))
 	span.End()
 	return Submission{ID: spec.ID, Duplicate: ack.Duplicate, Seq: ack.Sequence}, nil
 }
@@ -353,7 +353,7 @@ func (c *Client) startSubmit(ctx context.Context, msg *nats.Msg, id string) (con
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", job.SubjectSubmit),
-			attribute.String("paddock.job.id", id),
+			attribute.String(job.AttrJobID, id),
 		))
 	c.propagator().Inject(ctx, telemetry.NATSHeaderCarrier(msg.Header))
 	return ctx, span

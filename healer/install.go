@@ -198,11 +198,11 @@ type installer struct {
 	timeout            time.Duration     // Config.InstallTimeout
 	runEnv, installEnv map[string]string // Config.RunEnv, Config.InstallEnv
 	tracer             trace.Tracer
-	stats              *Stats
+	metrics            Metrics
 }
 
 // newInstaller returns the installer of cfg (already with defaults).
-func newInstaller(cfg Config, stats *Stats) (*installer, error) {
+func newInstaller(cfg Config) (*installer, error) {
 	tmpl, err := template.New("installer").Option("missingkey=error").Parse(cfg.Installer)
 	if err != nil {
 		return nil, fmt.Errorf("%w: installer template: %v", ErrConfig, err)
@@ -230,7 +230,7 @@ func newInstaller(cfg Config, stats *Stats) (*installer, error) {
 	}
 	in := &installer{tmpl: tmpl, packages: pk, disabled: disabled, mappedOnly: cfg.MappedOnly,
 		prefix: cfg.Prefix, source: cfg.Source, timeout: cfg.InstallTimeout,
-		runEnv: cfg.RunEnv, installEnv: cfg.InstallEnv, tracer: cfg.Tracer, stats: stats}
+		runEnv: cfg.RunEnv, installEnv: cfg.InstallEnv, tracer: cfg.Tracer, metrics: cfg.Metrics}
 	if _, err := in.render("jq", []string{"jq", "libjq1"}); err != nil {
 		return nil, fmt.Errorf("%w: installer template: %v", ErrConfig, err)
 	}
@@ -345,14 +345,14 @@ func (in *installer) run(ctx context.Context, r *run, binary string, pkgs []stri
 		return "", "no time left before the job deadline to install " + list, false, nil
 	}
 	ctx, span := in.tracer.Start(ctx, "paddock.install", trace.WithAttributes(
-		attribute.String("paddock.heal.binary", binary),
-		attribute.StringSlice("paddock.heal.packages", pkgs),
-		attribute.Int64("paddock.command.timeout_ms", timeout.Milliseconds()),
+		attribute.String(job.AttrHealBinary, binary),
+		attribute.StringSlice(job.AttrHealPackages, pkgs),
+		attribute.Int64(job.AttrCommandTimeoutMS, timeout.Milliseconds()),
 	))
 	defer span.End()
 	r.installed = true // even a failed install may have unpacked something
 	out, err := r.ex.Exec(ctx, Command{Script: script, Timeout: timeout, Env: mergeEnv(in.runEnv, in.installEnv)})
-	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), attribute.String("paddock.job.reason", string(out.Reason)))
+	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), attribute.String(job.AttrReason, string(out.Reason)))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -360,17 +360,17 @@ func (in *installer) run(ctx context.Context, r *run, binary string, pkgs []stri
 	}
 	took := out.Duration.Round(time.Millisecond)
 	if out.Reason != job.ReasonOK {
-		in.stats.InstallFailures.Add(1)
+		in.metrics.emit(ctx, EventInstallFailure, 1)
 		span.SetStatus(codes.Error, "installer failed")
-		r.log.Info("install failed", "binary", binary, "packages", pkgs, "exit", out.ExitCode, "reason", out.Reason, "stderr", tail(out.Stderr, 512))
+		r.log.InfoContext(ctx, "install failed", "binary", binary, "packages", pkgs, "exit", out.ExitCode, "reason", out.Reason, "stderr", tail(out.Stderr, 512))
 		why := Failure{Kind: KindFailed, ExitCode: out.ExitCode, Reason: out.Reason, Line: lastLine(out.Stderr)}
 		if out.Reason != job.ReasonExitNonzero {
 			why.Kind = KindResourceKill
 		}
 		return script, fmt.Sprintf("install of %s failed (%s)", list, why), false, nil
 	}
-	in.stats.Installs.Add(1)
-	r.log.Info("installed", "binary", binary, "packages", pkgs, "took", took)
+	in.metrics.emit(ctx, EventInstall, 1)
+	r.log.InfoContext(ctx, "installed", "binary", binary, "packages", pkgs, "took", took)
 	return script, fmt.Sprintf("installed %s in %s", list, took), true, nil
 }
 

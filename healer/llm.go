@@ -195,10 +195,10 @@ type usage struct {
 // llmRepairer is the last link of the repair chain: in llm mode it asks
 // the chat-completions endpoint for one corrected command.
 type llmRepairer struct {
-	cfg    *LLMConfig // with defaults; nil: no LLM on this worker
-	tracer trace.Tracer
-	stats  *Stats
-	warn   *warnLimiter
+	cfg     *LLMConfig // with defaults; nil: no LLM on this worker
+	tracer  trace.Tracer
+	metrics Metrics
+	warn    *warnLimiter
 }
 
 // repair retries with the command the LLM proposes, for a job in llm mode.
@@ -503,19 +503,19 @@ func (m *llmRepairer) propose(ctx context.Context, r *run, cmd string, out Outco
 	took := time.Since(t0)
 	r.res.LLMCalls++
 	r.res.LLMTokens += u.Total
-	m.stats.LLMCalls.Add(1)
-	m.stats.LLMTokens.Add(int64(u.Total))
+	m.metrics.emit(ctx, EventLLMCall, 1)
+	m.metrics.emit(ctx, EventLLMTokens, int64(u.Total))
 	tokens := strconv.Itoa(u.Total) + " tokens"
 	if u.Estimated {
 		tokens = "~" + tokens + " (estimated: no usage reported)"
 	}
 	if err != nil {
 		if errors.Is(err, ErrBadReply) {
-			m.stats.LLMRefused.Add(1)
+			m.metrics.emit(ctx, EventLLMRefused, 1)
 		} else if !errors.Is(err, ErrNoFix) {
-			m.stats.LLMErrors.Add(1)
+			m.metrics.emit(ctx, EventLLMError, 1)
 			if !m.warn.warn("llm", "llm repair failed", "job", r.spec.ID, "err", err) {
-				r.log.Debug("llm repair failed", "err", err)
+				r.log.DebugContext(ctx, "llm repair failed", "err", err)
 			}
 		}
 		// The note reaches the submitter: the healer's words only.

@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -79,8 +79,34 @@ type Metrics struct {
 	// retry succeeded), failed (the retry failed), no_fix (nothing to
 	// retry with) or no_time (the job deadline was too close).
 	Heal func(ctx context.Context, action, outcome string)
-	// Memo is called after every memo lookup that answered.
-	Memo func(ctx context.Context, hit bool)
+	// Event is called once per Event (n = 1) and, for EventLLMTokens,
+	// with the tokens an LLM call used. Signature of
+	// telemetry.Metrics.HealEvent.
+	Event func(ctx context.Context, event string, n int64)
+}
+
+// Events of Metrics.Event (metric attribute paddock.heal.event): a bounded
+// set, so that they can label a counter.
+const (
+	EventInstall        = "install"         // a package install succeeded
+	EventInstallFailure = "install_failure" // the installer ran and failed
+	EventRuleRepair     = "rule_repair"     // a rule rewrote the command
+	EventLLMCall        = "llm_call"        // the LLM answered or failed
+	EventLLMError       = "llm_error"       // the call failed (transport, HTTP, timeout)
+	EventLLMRefused     = "llm_refused"     // the reply was not a usable command
+	EventLLMTokens      = "llm_tokens"      // n = tokens used by one call
+	EventMemoHit        = "memo_hit"        // a remembered fix was usable
+	EventMemoMiss       = "memo_miss"       // no usable remembered fix
+	EventMemoError      = "memo_error"      // the memo store failed
+	EventMemoStore      = "memo_store"      // a working fix was remembered
+	EventMemoDelete     = "memo_delete"     // a stale fix was forgotten
+)
+
+// emit reports an event, when someone listens.
+func (m Metrics) emit(ctx context.Context, event string, n int64) {
+	if m.Event != nil {
+		m.Event(ctx, event, n)
+	}
 }
 
 // Heal outcomes (span attribute paddock.heal.outcome and Metrics.Heal).
@@ -90,15 +116,6 @@ const (
 	OutcomeNoFix  = "no_fix"
 	OutcomeNoTime = "no_time"
 )
-
-// Stats are counters since New; safe to read at any time.
-type Stats struct {
-	Runs, Attempts, Healed                     atomic.Int64
-	Installs, InstallFailures, RuleRepairs     atomic.Int64
-	LLMCalls, LLMErrors, LLMRefused, LLMTokens atomic.Int64
-	MemoHits, MemoMisses, MemoErrors           atomic.Int64
-	MemoStores, MemoDeletes                    atomic.Int64
-}
 
 // Config configures a Loop. Zero fields take the defaults given with each
 // field, filled in withDefaults; docs/healing.md is the operator's guide.
@@ -242,7 +259,6 @@ type Loop struct {
 	memo  *memoRepairer
 	chain []repairer // tried in order for every failure (run.heal)
 	log   *slog.Logger
-	stats Stats
 }
 
 // New returns a Loop.
@@ -252,27 +268,24 @@ func New(cfg Config) (*Loop, error) {
 		return nil, err
 	}
 	l := &Loop{cfg: cfg, log: cfg.Logger}
-	if l.inst, err = newInstaller(cfg, &l.stats); err != nil {
+	if l.inst, err = newInstaller(cfg); err != nil {
 		return nil, err
 	}
 	llmCfg, err := cfg.LLM.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	warn := &warnLimiter{log: cfg.Logger, last: map[string]time.Time{}}
+	warn := newWarnLimiter(cfg.Logger)
 	l.memo = &memoRepairer{store: cfg.Memo, timeout: cfg.MemoTimeout, inst: l.inst,
-		onLookup: cfg.Metrics.Memo, stats: &l.stats, warn: warn}
+		metrics: cfg.Metrics, warn: warn}
 	l.chain = []repairer{
 		l.memo,
 		l.inst,
-		&ruleRepairer{rules: cfg.Rules, tracer: cfg.Tracer, stats: &l.stats},
-		&llmRepairer{cfg: llmCfg, tracer: cfg.Tracer, stats: &l.stats, warn: warn},
+		&ruleRepairer{rules: cfg.Rules, tracer: cfg.Tracer, metrics: cfg.Metrics},
+		&llmRepairer{cfg: llmCfg, tracer: cfg.Tracer, metrics: cfg.Metrics, warn: warn},
 	}
 	return l, nil
 }
-
-// Stats returns the loop's counters.
-func (l *Loop) Stats() *Stats { return &l.stats }
 
 // Run runs spec.Command through ex and heals its failures under policy:
 // at most MaxAttempts command runs (fewer if the policy says so, one in
@@ -282,28 +295,34 @@ func (l *Loop) Stats() *Stats { return &l.stats }
 // a job that merely failed returns a nil error and its Result.
 func (l *Loop) Run(ctx context.Context, ex Executor, spec job.Spec, policy job.HealPolicy, cmdTimeout time.Duration) (Result, error) {
 	r := newRun(ctx, l, ex, spec, policy, cmdTimeout)
-	l.stats.Runs.Add(1)
 	return r.loop(ctx)
 }
 
-// warnLimiter rate-limits the loop's warnings (the memo's and the LLM's).
+// warnLimiter rate-limits the loop's warnings (the memo's and the LLM's):
+// one per kind every 30 s (golang.org/x/time/rate).
 type warnLimiter struct {
 	log  *slog.Logger
 	mu   sync.Mutex
-	last map[string]time.Time
+	kind map[string]*rate.Limiter
 }
 
-// warn logs at most one warning per kind every 30 s; it reports whether
-// it logged.
+func newWarnLimiter(log *slog.Logger) *warnLimiter {
+	return &warnLimiter{log: log, kind: map[string]*rate.Limiter{}}
+}
+
+// warn logs unless a warning of this kind was logged in the last 30 s; it
+// reports whether it logged.
 func (w *warnLimiter) warn(kind, msg string, args ...any) bool {
 	w.mu.Lock()
-	now := time.Now()
-	if now.Sub(w.last[kind]) < 30*time.Second {
-		w.mu.Unlock()
+	l, ok := w.kind[kind]
+	if !ok {
+		l = rate.NewLimiter(rate.Every(30*time.Second), 1)
+		w.kind[kind] = l
+	}
+	w.mu.Unlock()
+	if !l.Allow() {
 		return false
 	}
-	w.last[kind] = now
-	w.mu.Unlock()
 	w.log.Warn(msg, args...)
 	return true
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +45,8 @@ func TestInstallHealsMissingCommand(t *testing.T) {
 		return withMount(p, sandbox.Mount{Source: pkgs, Target: "/.paddock/test-pkgs", ReadOnly: true})
 	}
 	ex := s.session(t, profile(), nil)
-	l := newLoop(t, healer.Config{Source: "/.paddock/test-pkgs"})
+	ev := newEvents()
+	l := newLoop(t, healer.Config{Source: "/.paddock/test-pkgs", Metrics: healer.Metrics{Event: ev.add}})
 
 	res, err := l.Run(context.Background(), ex, spec(testsvc.TestImage, "hello-tool --greet"),
 		job.HealPolicy{Mode: job.HealRules, AllowInstall: true}, 20*time.Second)
@@ -67,7 +67,7 @@ func TestInstallHealsMissingCommand(t *testing.T) {
 	assert.Equal(t, job.ReasonOK, res.Reason)
 	assert.True(t, res.Healed)
 	assert.Equal(t, "hello from hello-tool --greet\n", res.Final.Stdout)
-	assert.EqualValues(t, 1, l.Stats().Installs.Load())
+	assert.EqualValues(t, 1, ev.get(healer.EventInstall))
 	_, ok := res.Final.Detail.(sandbox.Outcome)
 	assert.True(t, ok, "the executor's own outcome travels in Detail")
 
@@ -85,7 +85,7 @@ func TestInstallHealsMissingCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Attempts, 1)
 	assert.Contains(t, res.Attempts[0].Note, "install of other-tool failed")
-	assert.EqualValues(t, 1, l.Stats().InstallFailures.Load())
+	assert.EqualValues(t, 1, ev.get(healer.EventInstallFailure))
 }
 
 // The issue's acceptance case: `jq --version` on an image without jq but
@@ -272,14 +272,8 @@ func TestMemoServesRepeatedFailure(t *testing.T) {
 	llm := newFakeLLM(t, func(int, llmRequest) (int, string) {
 		return 200, chat(fenced("grep -E 'ro+t' /etc/passwd"), 150, 12)
 	})
-	var hits, misses atomic.Int64
-	l := newLoop(t, healer.Config{LLM: llm.config(), Memo: memo, Metrics: healer.Metrics{Memo: func(_ context.Context, hit bool) {
-		if hit {
-			hits.Add(1)
-		} else {
-			misses.Add(1)
-		}
-	}}})
+	ev := newEvents()
+	l := newLoop(t, healer.Config{LLM: llm.config(), Memo: memo, Metrics: healer.Metrics{Event: ev.add}})
 	const cmd = "grep -P 'ro+t' /etc/passwd"
 
 	const jobs = 5
@@ -300,13 +294,12 @@ func TestMemoServesRepeatedFailure(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, llm.calls(), "only the first job called the LLM")
-	st := l.Stats()
-	assert.EqualValues(t, jobs-1, st.MemoHits.Load())
-	assert.EqualValues(t, 1, st.MemoMisses.Load())
-	assert.EqualValues(t, 1, st.MemoStores.Load())
-	assert.EqualValues(t, jobs-1, hits.Load())
-	assert.EqualValues(t, 1, misses.Load())
-	t.Logf("%d jobs with the same failure: %d LLM call(s), %d saved by the memo", jobs, llm.calls(), st.MemoHits.Load())
+	assert.EqualValues(t, jobs-1, ev.get(healer.EventMemoHit))
+	assert.EqualValues(t, 1, ev.get(healer.EventMemoMiss))
+	assert.EqualValues(t, 1, ev.get(healer.EventMemoStore))
+	assert.EqualValues(t, 1, ev.get(healer.EventLLMCall), "the events count the LLM calls the fake LLM saw")
+	assert.EqualValues(t, 162, ev.get(healer.EventLLMTokens), "the tokens the LLM reported (150 + 12)")
+	t.Logf("%d jobs with the same failure: %d LLM call(s), %d saved by the memo", jobs, llm.calls(), ev.get(healer.EventMemoHit))
 
 	// A rules-mode job may not replay a fix the LLM found.
 	res, err := l.Run(context.Background(), s.session(t, small(testsvc.TestImage), nil), spec(testsvc.TestImage, cmd), rules, 20*time.Second)
@@ -323,7 +316,8 @@ func TestStaleMemoEntryIsForgotten(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	memo, err := healer.NewRedisMemo(rdb, healer.RedisMemoConfig{})
 	require.NoError(t, err)
-	l := newLoop(t, healer.Config{Memo: memo})
+	ev := newEvents()
+	l := newLoop(t, healer.Config{Memo: memo, Metrics: healer.Metrics{Event: ev.add}})
 	sp := spec(testsvc.TestImage, "python -c 1")
 	// Learn the fingerprint from a first run, then plant a bad fix under it.
 	res, err := l.Run(context.Background(), s.session(t, small(testsvc.TestImage), nil), sp, job.HealPolicy{Mode: job.HealOff}, 20*time.Second)
@@ -339,7 +333,7 @@ func TestStaleMemoEntryIsForgotten(t *testing.T) {
 	_, hit, err := memo.Get(context.Background(), key)
 	require.NoError(t, err)
 	assert.False(t, hit, "the failed fix was forgotten")
-	assert.EqualValues(t, 1, l.Stats().MemoDeletes.Load())
+	assert.EqualValues(t, 1, ev.get(healer.EventMemoDelete))
 }
 
 // An unfixable command ends after three attempts, all recorded.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,6 +89,26 @@ func newLoop(t *testing.T, cfg healer.Config) *healer.Loop {
 	l, err := healer.New(cfg)
 	require.NoError(t, err)
 	return l
+}
+
+// events counts what a Loop reports through Metrics.Event.
+type events struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func newEvents() *events { return &events{n: map[string]int64{}} }
+
+func (e *events) add(_ context.Context, event string, n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n[event] += n
+}
+
+func (e *events) get(event string) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[event]
 }
 
 func spec(image, command string) job.Spec {

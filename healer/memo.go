@@ -184,12 +184,11 @@ func normalizeLine(l string) string {
 // tells it how each retry went (put, forget). A nil store is a memo that
 // never hits.
 type memoRepairer struct {
-	store    MemoStore
-	timeout  time.Duration // each store call (Config.MemoTimeout)
-	inst     *installer    // replays a remembered install
-	onLookup func(ctx context.Context, hit bool)
-	stats    *Stats
-	warn     *warnLimiter
+	store   MemoStore
+	timeout time.Duration // each store call (Config.MemoTimeout)
+	inst    *installer    // replays a remembered install
+	metrics Metrics
+	warn    *warnLimiter
 }
 
 // repair turns the next step into a replay of a remembered fix. It passes
@@ -221,7 +220,7 @@ func (m *memoRepairer) repair(ctx context.Context, r *run, c *repairCase) (bool,
 	if fix.Command != "" {
 		st.command = fix.Command
 	}
-	st.span.SetAttributes(attribute.String("paddock.heal.action", string(st.action)))
+	st.span.SetAttributes(attribute.String(job.AttrHealAction, string(st.action)))
 	return true, nil
 }
 
@@ -235,7 +234,7 @@ func (m *memoRepairer) get(ctx context.Context, r *run, key string) (Fix, bool) 
 	defer cancel()
 	fix, hit, err := m.store.Get(mctx, key)
 	if err != nil {
-		m.stats.MemoErrors.Add(1)
+		m.metrics.emit(ctx, EventMemoError, 1)
 		m.warn.warn("memo", "heal memo lookup failed; healing without it", "err", err)
 		return Fix{}, false
 	}
@@ -243,12 +242,9 @@ func (m *memoRepairer) get(ctx context.Context, r *run, key string) (Fix, bool) 
 		(len(fix.Packages) == 0 || r.allowInstall) &&
 		(fix.Source != job.ActionLLM || r.mode == job.HealLLM)
 	if usable {
-		m.stats.MemoHits.Add(1)
+		m.metrics.emit(ctx, EventMemoHit, 1)
 	} else {
-		m.stats.MemoMisses.Add(1)
-	}
-	if m.onLookup != nil {
-		m.onLookup(ctx, usable)
+		m.metrics.emit(ctx, EventMemoMiss, 1)
 	}
 	return fix, usable
 }
@@ -262,11 +258,11 @@ func (m *memoRepairer) put(ctx context.Context, key string, fix Fix) {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	defer cancel()
 	if err := m.store.Put(mctx, key, fix); err != nil {
-		m.stats.MemoErrors.Add(1)
+		m.metrics.emit(ctx, EventMemoError, 1)
 		m.warn.warn("memo", "heal memo store failed", "err", err)
 		return
 	}
-	m.stats.MemoStores.Add(1)
+	m.metrics.emit(ctx, EventMemoStore, 1)
 }
 
 // forget deletes key, a remembered fix that no longer works.
@@ -277,9 +273,9 @@ func (m *memoRepairer) forget(ctx context.Context, key string) {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	defer cancel()
 	if err := m.store.Delete(mctx, key); err != nil {
-		m.stats.MemoErrors.Add(1)
+		m.metrics.emit(ctx, EventMemoError, 1)
 		m.warn.warn("memo", "heal memo delete failed", "err", err)
 		return
 	}
-	m.stats.MemoDeletes.Add(1)
+	m.metrics.emit(ctx, EventMemoDelete, 1)
 }

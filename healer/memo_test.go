@@ -87,12 +87,13 @@ func TestMemoOutageIsAMiss(t *testing.T) {
 	m, err := healer.NewRedisMemo(rdb, healer.RedisMemoConfig{})
 	require.NoError(t, err)
 	srv.Stop()
-	l := newLoop(t, healer.Config{Memo: m, MemoTimeout: 500 * time.Millisecond})
+	ev := newEvents()
+	l := newLoop(t, healer.Config{Memo: m, MemoTimeout: 500 * time.Millisecond, Metrics: healer.Metrics{Event: ev.add}})
 	res, err := l.Run(context.Background(), s.session(t, small(sandboxImage), nil), spec(sandboxImage, "python -c 'print(1)'"), rules, 20*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, job.ReasonOK, res.Reason)
 	assert.Equal(t, []job.Action{job.ActionInitial, job.ActionRules}, actions(res))
-	assert.GreaterOrEqual(t, l.Stats().MemoErrors.Load(), int64(2), "get and put both failed")
+	assert.GreaterOrEqual(t, ev.get(healer.EventMemoError), int64(2), "get and put both failed")
 }
 
 func TestFingerprint(t *testing.T) {

@@ -48,9 +48,9 @@ var rePythonVersioned = regexp.MustCompile(`^python3\.\d+$`)
 
 // ruleRepairer is the rules link of the repair chain (Config.Rules).
 type ruleRepairer struct {
-	rules  []Rule
-	tracer trace.Tracer
-	stats  *Stats
+	rules   []Rule
+	tracer  trace.Tracer
+	metrics Metrics
 }
 
 // repair retries with the command of the first rule that applies and
@@ -65,9 +65,9 @@ func (rr *ruleRepairer) repair(ctx context.Context, r *run, c *repairCase) (bool
 			c.noFix("rule " + rule.Name + " gives a command already tried")
 			continue
 		}
-		_, rspan := rr.tracer.Start(ctx, "paddock.rule", trace.WithAttributes(attribute.String("paddock.heal.rule", rule.Name)))
+		_, rspan := rr.tracer.Start(ctx, "paddock.rule", trace.WithAttributes(attribute.String(job.AttrHealRule, rule.Name)))
 		rspan.End()
-		rr.stats.RuleRepairs.Add(1)
+		rr.metrics.emit(ctx, EventRuleRepair, 1)
 		c.settle(Fix{Source: job.ActionRules, Command: fixed}, "rule "+rule.Name)
 		return true, nil
 	}

@@ -131,9 +131,6 @@ func (r *run) loop(ctx context.Context) (Result, error) {
 		if f.Kind == KindOK {
 			r.endHeal(st, OutcomeFixed)
 			r.res.Healed = n > 1
-			if r.res.Healed {
-				r.l.stats.Healed.Add(1)
-			}
 			if st.fix != nil && st.memoKey == "" {
 				r.l.memo.put(ctx, st.fixKey, *st.fix)
 			}
@@ -185,11 +182,11 @@ func (r *run) attempt(ctx context.Context, n int, st step) (Outcome, bool, error
 		cmd.Env = maps.Clone(r.l.cfg.RunEnv) // the executor may keep or change it
 	}
 	ctx, span := r.l.cfg.Tracer.Start(ctx, "paddock.attempt", trace.WithAttributes(
-		attribute.String("paddock.job.id", r.spec.ID),
-		attribute.Int("paddock.attempt", n),
-		attribute.String("paddock.heal.action", string(st.action)),
-		attribute.String("paddock.command.sha256", commandHash(st.command)),
-		attribute.Int64("paddock.command.timeout_ms", timeout.Milliseconds()),
+		attribute.String(job.AttrJobID, r.spec.ID),
+		attribute.Int(job.AttrAttempt, n),
+		attribute.String(job.AttrHealAction, string(st.action)),
+		attribute.String(job.AttrCommandSHA256, commandHash(st.command)),
+		attribute.Int64(job.AttrCommandTimeoutMS, timeout.Milliseconds()),
 	))
 	defer span.End()
 	t0 := time.Now()
@@ -212,12 +209,11 @@ func (r *run) attempt(ctx context.Context, n int, st step) (Outcome, bool, error
 	r.res.Attempts = append(r.res.Attempts, att)
 	r.res.Final, r.res.Reason = out, out.Reason
 	r.tried = append(r.tried, normalizeCommand(st.command))
-	r.l.stats.Attempts.Add(1)
 	span.SetAttributes(
 		attribute.Int("process.exit.code", out.ExitCode),
-		attribute.String("paddock.job.reason", string(out.Reason)),
-		attribute.Int64("paddock.stdout.bytes", out.StdoutBytes),
-		attribute.Int64("paddock.stderr.bytes", out.StderrBytes),
+		attribute.String(job.AttrReason, string(out.Reason)),
+		attribute.Int64(job.AttrStdoutBytes, out.StdoutBytes),
+		attribute.Int64(job.AttrStderrBytes, out.StderrBytes),
 	)
 	if fn := r.l.cfg.SpanAttributes; fn != nil {
 		span.SetAttributes(fn(out)...)
@@ -230,7 +226,7 @@ func (r *run) attempt(ctx context.Context, n int, st step) (Outcome, bool, error
 		span.SetAttributes(attribute.String("error.type", string(out.Reason)))
 		span.SetStatus(codes.Error, Classify(out).String())
 	}
-	r.log.Debug("attempt", "n", n, "action", st.action, "exit", out.ExitCode, "reason", out.Reason, "took", d)
+	r.log.DebugContext(ctx, "attempt", "n", n, "action", st.action, "exit", out.ExitCode, "reason", out.Reason, "took", d)
 	return out, cut, err
 }
 
@@ -240,8 +236,8 @@ func (r *run) attempt(ctx context.Context, n int, st step) (Outcome, bool, error
 // install's Executor.
 func (r *run) heal(ctx context.Context, cmd string, out Outcome, f Failure) (*step, error) {
 	hctx, span := r.l.cfg.Tracer.Start(ctx, "paddock.heal", trace.WithAttributes(
-		attribute.String("paddock.job.id", r.spec.ID),
-		attribute.String("paddock.heal.kind", string(f.Kind)),
+		attribute.String(job.AttrJobID, r.spec.ID),
+		attribute.String(job.AttrHealKind, string(f.Kind)),
 	))
 	st := &step{ctx: hctx, span: span, command: cmd}
 	if _, ok := r.budget(time.Second); !ok {
@@ -280,7 +276,7 @@ func (r *run) endHeal(st step, outcome string) {
 	if action == "" {
 		action = "none"
 	}
-	st.span.SetAttributes(attribute.String("paddock.heal.action", action), attribute.String("paddock.heal.outcome", outcome))
+	st.span.SetAttributes(attribute.String(job.AttrHealAction, action), attribute.String(job.AttrHealOutcome, outcome))
 	if outcome != OutcomeFixed {
 		st.span.SetStatus(codes.Error, outcome)
 	}

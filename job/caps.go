@@ -217,3 +217,15 @@ func (c Caps) Validate() error {
 	}
 	return nil
 }
+
+// QueueWeights is the one priority rule of the fleet: queues in order,
+// highest priority first, get asynq weights 2^(n-1) … 4, 2, 1, so each
+// queue is served about twice as often as the next one while both have
+// work.
+func QueueWeights(order []string) map[string]int {
+	w := make(map[string]int, len(order))
+	for i, q := range order {
+		w[q] = 1 << min(len(order)-1-i, 30)
+	}
+	return w
+}

@@ -140,3 +140,16 @@ func TestCapsDefaultsFollowLowCaps(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestQueueWeights(t *testing.T) {
+	assert.Equal(t, map[string]int{"critical": 4, "default": 2, "low": 1}, QueueWeights([]string{"critical", "default", "low"}))
+	assert.Equal(t, map[string]int{"default": 1}, QueueWeights([]string{"default"}))
+	assert.Empty(t, QueueWeights(nil))
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = "q" + strconv.Itoa(i)
+	}
+	w := QueueWeights(many)
+	assert.Equal(t, 1<<30, w["q0"], "weights stay in int range")
+	assert.Equal(t, 1, w["q39"])
+}

@@ -104,7 +104,7 @@ func (c *Canceler) Start(ctx context.Context) error {
 		reply := c.handle(rctx, m.Data)
 		data, _ := json.Marshal(reply)
 		if err := m.Respond(data); err != nil {
-			c.log.Warn("cancel reply not sent", "job", reply.ID, "err", err)
+			c.log.WarnContext(ctx, "cancel reply not sent", "job", reply.ID, "err", err)
 		}
 	})
 	if err != nil {
@@ -146,9 +146,9 @@ func (c *Canceler) handle(ctx context.Context, data []byte) job.CancelReply {
 	reply, err := c.Cancel(ctx, req.ID)
 	if err != nil {
 		reply = job.CancelReply{ID: req.ID, Error: err.Error()}
-		c.log.Warn("cancel failed", "job", req.ID, "err", err)
+		c.log.WarnContext(ctx, "cancel failed", "job", req.ID, "err", err)
 	} else {
-		c.log.Info("cancel", "job", req.ID, "outcome", reply.Outcome)
+		c.log.InfoContext(ctx, "cancel", "job", req.ID, "outcome", reply.Outcome)
 	}
 	return reply
 }
@@ -187,7 +187,7 @@ func (c *Canceler) Cancel(ctx context.Context, id string) (job.CancelReply, erro
 		case asynq.TaskStateActive:
 			if err := c.insp.CancelProcessing(id); err != nil {
 				// The worker's own poll of the flag still stops it.
-				c.log.Warn("cancel: notifying the workers failed; the worker's flag poll will stop the job", "job", id, "err", err)
+				c.log.WarnContext(ctx, "cancel: notifying the workers failed; the worker's flag poll will stop the job", "job", id, "err", err)
 			}
 			return job.CancelReply{ID: id, Outcome: job.CancelKilling,
 				Message: "running: its worker kills the container and records the result canceled"}, nil

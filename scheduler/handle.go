@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/paddockhq/paddock/telemetry"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -21,8 +18,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/telemetry"
 )
 
 // Outcome is what the scheduler did with one message; it is the
@@ -51,7 +50,7 @@ type decision struct {
 func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		s.log.Error("message without JetStream metadata; ignored", "subject", msg.Subject(), "err", err)
+		s.log.ErrorContext(hard, "message without JetStream metadata; ignored", "subject", msg.Subject(), "err", err)
 		return
 	}
 	ctx := s.propagator().Extract(hard, telemetry.NATSHeaderCarrier(msg.Headers()))
@@ -72,9 +71,9 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 	cancel()
 
 	span.SetAttributes(
-		attribute.String("paddock.job.id", d.id),
-		attribute.String("paddock.queue", d.queue),
-		attribute.String("paddock.outcome", string(d.outcome)))
+		attribute.String(job.AttrJobID, d.id),
+		attribute.String(job.AttrQueue, d.queue),
+		attribute.String(job.AttrOutcome, string(d.outcome)))
 	if d.outcome != OutcomeRetry {
 		out := string(d.outcome)
 		if d.outcome == OutcomeEnqueued {
@@ -98,11 +97,11 @@ func (s *Scheduler) settle(ctx, hard context.Context, msg jetstream.Msg, meta *j
 			err = msg.Nak() // shutting down: let another scheduler take it now
 			break
 		}
-		delay := backoff(meta.NumDelivered, s.cfg.BackoffMin, s.cfg.BackoffMax)
+		delay := retrydelay.Nth(meta.NumDelivered, s.cfg.BackoffMin, s.cfg.BackoffMax, 0.2)
 		s.warnf("scheduler: job not scheduled; will retry", "job", d.id, "delivery", meta.NumDelivered, "retry_in", delay, "err", d.err)
 		err = msg.NakWithDelay(delay)
 	case OutcomeInfra:
-		s.log.Error("scheduler: gave up on a job; infra result recorded", "job", d.id, "deliveries", meta.NumDelivered, "err", d.err)
+		s.log.ErrorContext(ctx, "scheduler: gave up on a job; infra result recorded", "job", d.id, "deliveries", meta.NumDelivered, "err", d.err)
 		err = msg.TermWithReason("paddock: infra result recorded after " + strconv.FormatUint(meta.NumDelivered, 10) + " deliveries")
 	default:
 		// Acks are the final write of the message's work: they run even
@@ -110,7 +109,7 @@ func (s *Scheduler) settle(ctx, hard context.Context, msg jetstream.Msg, meta *j
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err = msg.DoubleAck(actx)
 		cancel()
-		s.log.Debug("scheduled", "job", d.id, "queue", d.queue, "outcome", d.outcome, "seq", meta.Sequence.Stream)
+		s.log.DebugContext(ctx, "scheduled", "job", d.id, "queue", d.queue, "outcome", d.outcome, "seq", meta.Sequence.Stream)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 		// Not fatal: an unacked message is redelivered after AckWait and
@@ -166,7 +165,7 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 		return d.retry(err)
 	}
 	if !ok {
-		s.log.Info("duplicate job id: another submission holds it; this one is dropped",
+		s.log.InfoContext(ctx, "duplicate job id: another submission holds it; this one is dropped",
 			"job", spec.ID, "holder", holder, "seq", meta.Sequence.Stream)
 		return d.with(OutcomeDuplicate)
 	}
@@ -244,7 +243,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 		return d.retry(err)
 	}
 	if !ok {
-		s.log.Info("invalid resubmission of a job id held by another submission; dropped",
+		s.log.InfoContext(ctx, "invalid resubmission of a job id held by another submission; dropped",
 			"job", id, "holder", holder, "err", verr)
 		return d.with(OutcomeDuplicate)
 	}
@@ -264,7 +263,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 	if _, _, err := s.store.Record(ctx, r); err != nil {
 		return d.retry(err)
 	}
-	s.log.Info("job rejected", "job", id, "err", r.Error)
+	s.log.InfoContext(ctx, "job rejected", "job", id, "err", r.Error)
 	return d.with(OutcomeRejected)
 }
 
@@ -338,45 +337,14 @@ func (s *Scheduler) propagator() propagation.TextMapPropagator {
 	return telemetry.Propagator() // the wire format is W3C whatever the globals are
 }
 
-// backoff is the delay before delivery n+1: min·2^(n-1), capped at max,
-// ±20% jitter.
-func backoff(n uint64, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := uint64(1); i < n && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
-}
-
-// throttle lets one log line through per interval and counts the rest.
-type throttle struct {
-	every      time.Duration
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (t *throttle) allow() (bool, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
-	if now.Sub(t.last) < t.every {
-		t.suppressed++
-		return false, 0
-	}
-	n := t.suppressed
-	t.last, t.suppressed = now, 0
-	return true, n
-}
-
-// warnf logs a warning unless one was logged within the throttle interval.
+// warnf logs a warning unless one was logged within the last 5 s; the
+// next one that is logged says how many were left out.
 func (s *Scheduler) warnf(msg string, args ...any) {
-	ok, suppressed := s.warn.allow()
-	if !ok {
+	if !s.warn.Allow() {
+		s.suppressed.Add(1)
 		return
 	}
-	if suppressed > 0 {
+	if suppressed := s.suppressed.Swap(0); suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}
 	s.log.Warn(msg, args...)

@@ -256,7 +256,7 @@ func (t *Ticker) submit(ctx context.Context, e Periodic, tick, until time.Time) 
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
-		t.log.Error("periodic job not submitted", "name", e.Name, "err", err)
+		t.log.ErrorContext(ctx, "periodic job not submitted", "name", e.Name, "err", err)
 		return
 	}
 	wait := 200 * time.Millisecond
@@ -268,14 +268,14 @@ func (t *Ticker) submit(ctx context.Context, e Periodic, tick, until time.Time) 
 		ack, err := t.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(job.StreamJobs))
 		cancel()
 		if err == nil {
-			t.log.Info("periodic job submitted", "name", e.Name, "job", spec.ID, "duplicate", ack.Duplicate)
+			t.log.InfoContext(ctx, "periodic job submitted", "name", e.Name, "job", spec.ID, "duplicate", ack.Duplicate)
 			return
 		}
 		if ctx.Err() != nil || !time.Now().Add(wait).Before(until) {
-			t.log.Error("periodic job not submitted; this tick is skipped", "name", e.Name, "job", spec.ID, "err", err)
+			t.log.ErrorContext(ctx, "periodic job not submitted; this tick is skipped", "name", e.Name, "job", spec.ID, "err", err)
 			return
 		}
-		t.log.Warn("periodic job not submitted yet; retrying", "name", e.Name, "job", spec.ID, "err", err)
+		t.log.WarnContext(ctx, "periodic job not submitted yet; retrying", "name", e.Name, "job", spec.ID, "err", err)
 		select {
 		case <-ctx.Done():
 			return

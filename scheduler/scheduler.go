@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+
+	"github.com/paddockhq/paddock/internal/retrydelay"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -31,12 +35,13 @@ type Recorder interface {
 // It is a restartable service: Start and Stop may be called any number of
 // times, from any goroutine.
 type Scheduler struct {
-	js    jetstream.JetStream
-	enq   Enqueuer
-	store Recorder
-	cfg   Config
-	log   *slog.Logger
-	warn  throttle // rate-limits the per-message failure logs
+	js         jetstream.JetStream
+	enq        Enqueuer
+	store      Recorder
+	cfg        Config
+	log        *slog.Logger
+	warn       *rate.Limiter // rate-limits the per-message failure logs
+	suppressed atomic.Int64  // failure logs left out since the last one
 
 	mu  sync.Mutex // serializes Start and Stop; guards run
 	run *run
@@ -55,7 +60,7 @@ func New(js jetstream.JetStream, enq Enqueuer, store Recorder, cfg Config) (*Sch
 	return &Scheduler{
 		js: js, enq: enq, store: store, cfg: cfg,
 		log:  cfg.Logger.With("component", "scheduler"),
-		warn: throttle{every: 5 * time.Second},
+		warn: rate.NewLimiter(rate.Every(5*time.Second), 1),
 	}, nil
 }
 
@@ -221,18 +226,17 @@ func (r *run) loop() {
 // (consumer deleted, connection lost, missed heartbeats) is replaced, with a
 // backoff, by a new one on a re-created consumer.
 func (r *run) read(work chan<- jetstream.Msg) {
-	failures := 0
+	retry := retrydelay.New(r.s.cfg.BackoffMin, r.s.cfg.BackoffMax, 0.2)
 	for {
 		r.mu.Lock()
 		it := r.iter
 		r.mu.Unlock()
 		if it == nil {
-			if !r.sleep(backoff(uint64(failures), r.s.cfg.BackoffMin, r.s.cfg.BackoffMax)) {
+			if !r.sleep(retry.NextBackOff()) {
 				return
 			}
 			next, err := r.s.messages(r.hard)
 			if err != nil {
-				failures++
 				r.s.warnf("scheduler: cannot consume; retrying", "err", err)
 				continue
 			}
@@ -247,7 +251,7 @@ func (r *run) read(work chan<- jetstream.Msg) {
 		}
 		msg, err := it.Next(jetstream.NextContext(r.hard))
 		if err == nil {
-			failures = 0
+			retry.Reset() // the next failure waits BackoffMin again
 			select {
 			case work <- msg:
 			case <-r.hard.Done():
@@ -259,7 +263,6 @@ func (r *run) read(work chan<- jetstream.Msg) {
 		if r.isStopping() {
 			return // drained, or out of time
 		}
-		failures++
 		r.s.warnf("scheduler: message iterator failed; re-creating it", "err", err)
 		it.Stop()
 		r.mu.Lock()

@@ -78,7 +78,7 @@ func NewSweeper(insp ArchiveInspector, store CancelStore, cfg SweeperConfig) (*S
 func (s *Sweeper) Start(ctx context.Context) error {
 	return s.svc.Start(ctx, startstop.NowAndEvery(s.cfg.Interval, func(ctx context.Context) {
 		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("sweep pass failed; retrying next pass", "err", err, "recorded", n)
+			s.log.WarnContext(ctx, "sweep pass failed; retrying next pass", "err", err, "recorded", n)
 		}
 	}))
 }
@@ -141,9 +141,9 @@ func (s *Sweeper) settle(ctx context.Context, q string, ti *asynq.TaskInfo) (boo
 		}
 		recorded = first
 		if first {
-			s.log.Warn("job abandoned by the queue; recorded infra", "job", ti.ID, "queue", q, "tries", ti.Retried+1, "last_err", ti.LastErr)
+			s.log.WarnContext(ctx, "job abandoned by the queue; recorded infra", "job", ti.ID, "queue", q, "tries", ti.Retried+1, "last_err", ti.LastErr)
 		} else {
-			s.log.Info("archived job already had a result", "job", ti.ID, "state", stored.State)
+			s.log.InfoContext(ctx, "archived job already had a result", "job", ti.ID, "state", stored.State)
 		}
 	} else if err != nil {
 		return false, fmt.Errorf("read result of archived job %s: %w", ti.ID, err)

@@ -34,6 +34,8 @@ type Metrics struct {
 	poolHits         metric.Int64Counter
 	poolColdStarts   metric.Int64Counter
 	healAttempts     metric.Int64Counter
+	healEvents       metric.Int64Counter
+	llmTokens        metric.Int64Counter
 	leaseWait        metric.Float64Histogram
 	leaseLost        metric.Int64Counter
 	containersReaped metric.Int64Counter
@@ -72,6 +74,10 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		"Jobs that had to start a container because the warm pool was empty.")
 	m.healAttempts = counter("paddock.heal.attempts", "{attempt}",
 		"Repairs tried by the heal loop, by action and outcome.")
+	m.healEvents = counter("paddock.heal.events", "{event}",
+		"What the heal loop did, by event: install, install_failure, rule_repair, llm_call, llm_error, llm_refused, memo_hit, memo_miss, memo_error, memo_store, memo_delete.")
+	m.llmTokens = counter("paddock.heal.llm.tokens", "{token}",
+		"Tokens the heal loop's LLM calls used (as the endpoint reported them, else estimated).")
 	m.leaseWait = histogram("paddock.lease.wait.duration",
 		"Time spent waiting for a volume lease, by whether it was acquired.")
 	m.leaseLost = counter("paddock.lease.lost", "{lease}",
@@ -154,6 +160,22 @@ func (m *Metrics) HealAttempt(ctx context.Context, action, outcome string) {
 		return
 	}
 	m.healAttempts.Add(ctx, 1, metric.WithAttributes(AttrHealAction.String(action), AttrHealOutcome.String(outcome)))
+}
+
+// AttrHealEvent is the heal loop's event a metric counts.
+const AttrHealEvent attribute.Key = "paddock.heal.event"
+
+// HealEvent counts an event of the heal loop (healer.Metrics.Event): n
+// tokens for llm_tokens, else one event.
+func (m *Metrics) HealEvent(ctx context.Context, event string, n int64) {
+	if m == nil {
+		return
+	}
+	if event == "llm_tokens" {
+		m.llmTokens.Add(ctx, n)
+		return
+	}
+	m.healEvents.Add(ctx, n, metric.WithAttributes(AttrHealEvent.String(event)))
 }
 
 // LeaseWait records a wait for a volume lease and whether it ended with the

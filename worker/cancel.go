@@ -36,7 +36,7 @@ func (w *Worker) watchCancel(next asynq.Handler) asynq.Handler {
 				case <-tick.C:
 				}
 				if c, err := w.store.Canceled(ctx, id); err == nil && c {
-					w.log.Info("cancel requested; killing the job", "job", id)
+					w.log.InfoContext(ctx, "cancel requested; killing the job", "job", id)
 					cancel(errCanceled)
 					return
 				}

@@ -116,7 +116,7 @@ func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
 	if !r.res.QueuedAt.IsZero() {
 		w.m.QueueWait(ctx, r.spec.Queue, r.res.StartedAt.Sub(r.res.QueuedAt))
 	}
-	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrQueue.String(r.spec.Queue), attribute.Int("paddock.run", run))
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrQueue.String(r.spec.Queue), attribute.Int(job.AttrRun, run))
 	return nil
 }
 
@@ -135,7 +135,7 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 			dctx, cancel := detached(ctx)
 			defer cancel()
 			if err := sess.Destroy(dctx); err != nil {
-				r.log.Error("could not confirm the container is gone before releasing the volume", "err", err)
+				r.log.ErrorContext(ctx, "could not confirm the container is gone before releasing the volume", "err", err)
 			}
 		}()
 	} else {
@@ -159,7 +159,7 @@ func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, erro
 	})
 	if err == nil {
 		// Before the span ends: attributes set on an ended span are lost.
-		aspan.SetAttributes(attribute.Bool("paddock.pool.hit", sess.Pooled), attribute.String("container.name", sess.ContainerName()))
+		aspan.SetAttributes(attribute.Bool(job.AttrPoolHit, sess.Pooled), attribute.String("container.name", sess.ContainerName()))
 	}
 	endSpan(aspan, err)
 	if err != nil {
@@ -170,7 +170,7 @@ func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, erro
 	} else {
 		w.m.PoolColdStart(ctx)
 	}
-	r.log.Debug("session", "container", sess.ContainerName(), "pooled", sess.Pooled)
+	r.log.DebugContext(ctx, "session", "container", sess.ContainerName(), "pooled", sess.Pooled)
 	return sess, nil
 }
 
@@ -178,8 +178,8 @@ func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, erro
 func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (healer.Result, error) {
 	eff := r.eff
 	trace.SpanFromContext(ctx).SetAttributes(
-		attribute.Int64("paddock.limits.memory_mb", eff.MemoryMB), attribute.Float64("paddock.limits.cpus", eff.CPUs),
-		attribute.Int64("paddock.limits.pids", eff.Pids), attribute.Int64("paddock.limits.command_timeout_s", int64(eff.CommandTimeout/time.Second)))
+		attribute.Int64(job.AttrLimitMemoryMB, eff.MemoryMB), attribute.Float64(job.AttrLimitCPUs, eff.CPUs),
+		attribute.Int64(job.AttrLimitPids, eff.Pids), attribute.Int64(job.AttrLimitCommandTimeout, int64(eff.CommandTimeout/time.Second)))
 	var policy job.HealPolicy
 	if r.spec.Heal != nil {
 		policy = *r.spec.Heal
@@ -224,13 +224,13 @@ func (w *Worker) interrupted(ctx context.Context, r *jobRun, sess *sandbox.Sessi
 	dctx, cancel := detached(ctx)
 	defer cancel()
 	if err := sess.Destroy(dctx); err != nil {
-		r.log.Error("could not confirm the interrupted job's container is gone", "err", err)
+		r.log.ErrorContext(ctx, "could not confirm the interrupted job's container is gone", "err", err)
 	}
 	if c, _ := w.store.Canceled(dctx, r.res.ID); c {
 		markLast(&r.res, job.ReasonCanceled)
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled while running; its container was killed")
 	}
-	r.log.Warn("job interrupted; the queue will run it again", "cause", context.Cause(ctx))
+	r.log.WarnContext(ctx, "job interrupted; the queue will run it again", "cause", context.Cause(ctx))
 	return requeue(ctx, r.res.ID)
 }
 

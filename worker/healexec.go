@@ -53,7 +53,7 @@ func SandboxSpanAttributes(o healer.Outcome) []attribute.KeyValue {
 		return nil
 	}
 	return []attribute.KeyValue{
-		attribute.Bool("paddock.output.truncated", so.Stdout.Truncated || so.Stderr.Truncated),
-		attribute.Int64("paddock.oom_kills", so.OOMKills), attribute.Int("paddock.leftover_processes", so.Leftover),
+		attribute.Bool(job.AttrOutputTruncated, so.Stdout.Truncated || so.Stderr.Truncated),
+		attribute.Int64(job.AttrOOMKills, so.OOMKills), attribute.Int(job.AttrLeftover, so.Leftover),
 	}
 }

@@ -82,7 +82,7 @@ func (w *Worker) infraFail(ctx context.Context, r *jobRun, cause error) error {
 		return requeue(ctx, r.res.ID)
 	}
 	if sandbox.IsRetryable(cause) && retry < maxRetry {
-		r.log.Warn("infrastructure failure; the queue will retry", "err", cause, "retry", retry, "max_retry", maxRetry)
+		r.log.WarnContext(ctx, "infrastructure failure; the queue will retry", "err", cause, "retry", retry, "max_retry", maxRetry)
 		return cause
 	}
 	msg := fmt.Sprintf("%v (after %d of %d tries; this is a failure of the worker's infrastructure, not of the job: check the worker's Docker engine and image)", cause, retry+1, maxRetry+1)
@@ -108,12 +108,12 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, res job.Result) e
 		return fmt.Errorf("worker: record result of %s: %w", res.ID, err)
 	}
 	if err != nil {
-		log.Warn("result stored but not published; the republisher next to the scheduler publishes it later", "err", err)
+		log.WarnContext(ctx, "result stored but not published; the republisher next to the scheduler publishes it later", "err", err)
 	}
 	if !first {
-		log.Info("job already had a result; kept the first", "state", stored.State, "reason", stored.Reason)
+		log.InfoContext(ctx, "job already had a result; kept the first", "state", stored.State, "reason", stored.Reason)
 	}
-	log.Debug("job finished", "state", stored.State, "reason", stored.Reason)
+	log.DebugContext(ctx, "job finished", "state", stored.State, "reason", stored.Reason)
 	if first {
 		w.m.JobFinished(dctx, res.Queue, string(res.State), string(res.Reason))
 		if !res.StartedAt.IsZero() && !res.FinishedAt.IsZero() {

@@ -59,7 +59,7 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 // becomes a retryable *sandbox.InfraError, for the queue to retry.
 func (w *Worker) lockVolume(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error) {
 	lctx, lspan := w.tr.Start(ctx, "paddock.lock.wait", trace.WithAttributes(
-		attribute.String("paddock.volume", name), attribute.String("paddock.volume.mode", mode.String())))
+		attribute.String(job.AttrVolume, name), attribute.String(job.AttrVolumeMode, mode.String())))
 	held, err := w.cfg.Volumes.Acquire(lctx, name, mode)
 	endSpan(lspan, err)
 	if held != nil {
@@ -80,7 +80,7 @@ func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held *locks.H
 	go func() {
 		select {
 		case <-held.Lost():
-			log.Warn("volume lease lost; killing the job", "volume", name, "err", held.Err())
+			log.WarnContext(ctx, "volume lease lost; killing the job", "volume", name, "err", held.Err())
 			w.m.LeaseLost(context.WithoutCancel(ctx))
 			cancel(errLeaseLost)
 		case <-ctx.Done():

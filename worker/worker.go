@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/healer"
+	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/telemetry"
@@ -42,7 +43,8 @@ type Config struct {
 	Caps job.Caps
 	// Concurrency is the number of jobs run at once (default 4).
 	Concurrency int
-	// Queues maps queue names to weights (default {"default": 1}).
+	// Queues maps queue names to weights (default job.QueueWeights of
+	// Caps.Queues: 4:2:1 for three).
 	Queues map[string]int
 	// StrictPriority drains higher-weight queues first.
 	StrictPriority bool
@@ -85,10 +87,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Concurrency = 4
 	}
 	if len(c.Queues) == 0 {
-		c.Queues = map[string]int{}
-		for i, q := range c.Caps.Queues {
-			c.Queues[q] = len(c.Caps.Queues) - i
-		}
+		c.Queues = job.QueueWeights(c.Caps.Queues)
 	}
 	if c.TaskCheckInterval == 0 {
 		c.TaskCheckInterval = 100 * time.Millisecond
@@ -117,7 +116,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Logger = c.Logger.With("component", "worker", "worker", c.ID)
 	if c.Healer == nil {
 		h, err := healer.New(healer.Config{Logger: c.Logger, Tracer: c.TracerProvider.Tracer("github.com/paddockhq/paddock/healer"),
-			SpanAttributes: SandboxSpanAttributes, Metrics: healer.Metrics{Heal: c.Metrics.HealAttempt}})
+			SpanAttributes: SandboxSpanAttributes, Metrics: healer.Metrics{Heal: c.Metrics.HealAttempt, Event: c.Metrics.HealEvent}})
 		if err != nil {
 			return c, err
 		}
@@ -285,5 +284,5 @@ func (w *Worker) stopBackground() {
 
 // retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.
 func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
-	return min(time.Duration(1<<min(n, 5))*time.Second, 30*time.Second)
+	return retrydelay.Nth(uint64(n)+1, time.Second, 30*time.Second, 0)
 }

@@ -389,7 +389,7 @@ func TestVersionCommand(t *testing.T) {
 // A scheduler reports service.version (target_info on /metrics) and logs
 // JSON with --log-format json.
 func TestServiceVersionAndJSONLogs(t *testing.T) {
-	_, _, _, flags := startFleetServices(t)
+	_, _, js, flags := startFleetServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -427,6 +427,28 @@ func TestServiceVersionAndJSONLogs(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	assert.Contains(t, metrics, fmt.Sprintf(`service_version=%q`, readVersion().String()))
+
+	// A job's log lines carry its trace: a rejected submission, sent with
+	// a W3C traceparent, is logged with that trace id.
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	msg := nats.NewMsg(job.SubjectSubmit)
+	msg.Data = []byte(`{"id":"` + testsvc.Unique("rej") + `","command":"echo hi","limits":{"memory_mb":1}}`)
+	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	_, err = js.PublishMsg(context.Background(), msg)
+	require.NoError(t, err)
+	var rejected map[string]any
+	require.Eventually(t, func() bool {
+		for l := range strings.SplitSeq(strings.TrimSpace(stderr.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "job rejected" {
+				rejected = m
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "no 'job rejected' log line")
+	assert.Equal(t, traceID, rejected["trace_id"], "the job's log line carries its trace id: %v", rejected)
+	assert.NotEmpty(t, rejected["span_id"])
 
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	require.NotEmpty(t, lines)

@@ -75,7 +75,7 @@ func newHealer(rdb redis.UniversalClient, h *healFlags, obs *observability, log 
 	cfg.Logger = log
 	cfg.Tracer = obs.provider.TracerProvider().Tracer("github.com/paddockhq/paddock/healer")
 	cfg.SpanAttributes = worker.SandboxSpanAttributes
-	cfg.Metrics = healer.Metrics{Heal: obs.metrics.HealAttempt}
+	cfg.Metrics = healer.Metrics{Heal: obs.metrics.HealAttempt, Event: obs.metrics.HealEvent}
 	if h.memoTTL > 0 {
 		memo, err := healer.NewRedisMemo(rdb, healer.RedisMemoConfig{TTL: h.memoTTL})
 		if err != nil {

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,7 +29,7 @@ func (o *obsFlags) register(fs *pflag.FlagSet) {
 type observability struct {
 	provider *telemetry.Provider
 	metrics  *telemetry.Metrics
-	srv      *http.Server
+	endpoint *telemetry.Endpoint
 	log      *slog.Logger
 }
 
@@ -57,30 +54,10 @@ func startObservability(ctx context.Context, g *globals, o *obsFlags, service st
 	}
 	obs := &observability{provider: p, metrics: m, log: log}
 	if o.metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", p.MetricsHandler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-			rctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-			defer cancel()
-			if err := ready(rctx); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ready")
-		})
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
+		if obs.endpoint, err = telemetry.ServeEndpoint(o.metricsAddr, p.MetricsHandler(), ready, log); err != nil {
 			_ = p.Shutdown(ctx)
 			return nil, fmt.Errorf("--metrics-addr %s: %w", o.metricsAddr, err)
 		}
-		obs.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := obs.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics endpoint", "err", err)
-			}
-		}()
-		log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
 	}
 	return obs, nil
 }
@@ -96,8 +73,8 @@ func (g *globals) telemetryConfig(service, spanFile string, global bool) telemet
 func (o *observability) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if o.srv != nil {
-		_ = o.srv.Shutdown(ctx)
+	if o.endpoint != nil {
+		_ = o.endpoint.Shutdown(ctx)
 	}
 	if err := o.provider.Shutdown(ctx); err != nil {
 		o.log.Warn("telemetry shutdown", "err", err)

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -156,51 +154,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
-}
-
-// progress draws a bar on a terminal, or a line every 10% elsewhere.
-type progress struct {
-	mu    sync.Mutex
-	w     io.Writer
-	what  string
-	total int
-	last  int
-	tty   bool
-	t0    time.Time
-}
-
-func newProgress(w io.Writer, what string, total int) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		st, _ := f.Stat()
-		tty = st != nil && st.Mode()&os.ModeCharDevice != 0
-	}
-	return &progress{w: w, what: what, total: total, tty: tty, t0: time.Now(), last: -1}
-}
-
-func (p *progress) update(done, total int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.total <= 1 {
-		return
-	}
-	if p.tty {
-		const width = 30
-		fill := width * done / max(total, 1)
-		fmt.Fprintf(p.w, "\r%-9s [%s%s] %d/%d", p.what, strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, total)
-		return
-	}
-	step := done * 10 / max(total, 1)
-	if step != p.last {
-		p.last = step
-		fmt.Fprintf(p.w, "%s %d/%d\n", p.what, done, total)
-	}
-}
-
-func (p *progress) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.total > 1 && p.tty {
-		fmt.Fprintf(p.w, " (%s)\n", time.Since(p.t0).Round(time.Millisecond))
-	}
 }

@@ -4,21 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
+	dockerclient "github.com/moby/moby/client"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/scheduler"
@@ -206,109 +205,151 @@ func workerCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// upFlags are the flags of `paddock up`.
+type upFlags struct {
+	sf                 schedFlags
+	cf                 capsFlags
+	wf                 workerFlags
+	of                 obsFlags
+	pf                 periodicFlags
+	dataDir, readyFile string
+}
+
 func upCmd(g *globals) *cobra.Command {
-	var sf schedFlags
-	var cf capsFlags
-	var wf workerFlags
-	var of obsFlags
-	var pf periodicFlags
-	var dataDir, readyFile string
+	var f upFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the whole stack in one process: NATS, Redis, scheduler and a worker (for development and demos)",
 		Long: `up uses NATS at --nats-url and Redis at --redis-url when they answer; otherwise it
 starts an embedded NATS server with JetStream and a redis-server child (AOF on)
-on those addresses, with their data under --data-dir. Then it runs a scheduler
-and a worker until interrupted, and shuts down in order: stop intake, drain
-running jobs, stop the services it started.`,
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, &wf.heal) },
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			log := g.logger
-			d, err := connectDocker(ctx)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if dataDir == "" {
-				dataDir = defaultDataDir()
-			}
-			ns, err := ensureNATS(g.natsURL, filepath.Join(dataDir, "nats"), log)
-			if err != nil {
-				return err
-			}
-			if ns != nil {
-				defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-			}
-			stopRedis, err := ensureRedis(ctx, g.redisURL, filepath.Join(dataDir, "redis"), log)
-			if err != nil {
-				return err
-			}
-			defer stopRedis()
-			s, err := openStack(ctx, g, &sf, "paddock-up")
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			if of.spanFile == "" {
-				of.spanFile = filepath.Join(dataDir, "spans.jsonl")
-			}
-			obs, err := startObservability(ctx, g, &of, "paddock", s.readiness)
-			if err != nil {
-				return err
-			}
-			defer obs.stop()
-			s.st.SetMetrics(obs.metrics)
-			if wf.volumeRoot != "" {
-				cf.volumes = true
-			}
-			sch, err := newScheduler(s, &sf, &cf, obs, log)
-			if err != nil {
-				return err
-			}
-			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, obs, log)
-			if err != nil {
-				return err
-			}
-			t0 := time.Now()
-			if err := w.Start(ctx); err != nil {
-				return err
-			}
-			if err := sch.Start(ctx); err != nil {
-				w.Stop()
-				return err
-			}
-			stopControl, err := startControl(ctx, s, &cf, &pf, log) // control.go: cancel, periodic jobs
-			if err != nil {
-				sch.Stop()
-				w.Stop()
-				return err
-			}
-			fmt.Fprintf(g.stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d\n"+
-				"paddock: submit with: paddock submit --wait -- 'echo hi'   (Ctrl-C stops)\n",
-				time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), wf.concurrency, wf.poolSize)
-			if readyFile != "" {
-				_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
-				defer os.Remove(readyFile)
-			}
-			<-ctx.Done()
-			// Shutdown order: stop intake (scheduler), drain running jobs
-			// (worker), then the services that record results.
-			fmt.Fprintln(g.stderr, "paddock: stopping: scheduler, then draining the worker")
-			stopControl()
-			sch.Stop()
-			w.Stop()
-			return nil
-		},
+on those addresses, with their data under --data-dir. Shared volumes are served
+from <data-dir>/volumes unless --volume-root says otherwise. Then it runs a
+scheduler and a worker until interrupted, and shuts down in order: stop intake,
+drain running jobs, stop the services it started.`,
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
-	sf.register(cmd)
-	cf.register(cmd.Flags())
-	wf.register(cmd.Flags())
-	of.register(cmd.Flags())
-	pf.register(cmd.Flags())
-	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where an embedded NATS and a child redis-server keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
-	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
+	f.sf.register(cmd)
+	f.cf.register(cmd.Flags())
+	f.wf.register(cmd.Flags())
+	f.of.register(cmd.Flags())
+	f.pf.register(cmd.Flags())
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "where an embedded NATS, a child redis-server and the shared volumes keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
+	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
 	return cmd
+}
+
+// runUp runs the stack until ctx ends. Each step's deferred cleanup undoes
+// it, in reverse order.
+func runUp(ctx context.Context, g *globals, f *upFlags) error {
+	d, err := connectDocker(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if f.dataDir == "" {
+		f.dataDir = defaultDataDir()
+	}
+	stopServices, err := startDevServices(ctx, g, f.dataDir)
+	if err != nil {
+		return err
+	}
+	defer stopServices()
+	s, err := openStack(ctx, g, &f.sf, "paddock-up")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if f.of.spanFile == "" {
+		f.of.spanFile = filepath.Join(f.dataDir, "spans.jsonl")
+	}
+	obs, err := startObservability(ctx, g, &f.of, "paddock", s.readiness)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	s.st.SetMetrics(obs.metrics)
+	if err := f.volumes(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	stop, err := startServices(ctx, s, d, f, obs, g.logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d, volumes in %s\n"+
+		"paddock: submit with: paddock submit --wait -- 'echo hi'   (Ctrl-C stops)\n",
+		time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), f.wf.concurrency, f.wf.poolSize, f.wf.volumeRoot)
+	if f.readyFile != "" {
+		_ = os.WriteFile(f.readyFile, []byte("ready\n"), 0o644)
+		defer os.Remove(f.readyFile)
+	}
+	<-ctx.Done()
+	fmt.Fprintln(g.stderr, "paddock: stopping: scheduler, then draining the worker")
+	stop()
+	return nil
+}
+
+// volumes serves shared volumes from --volume-root, by default
+// <data-dir>/volumes, so a newcomer's volume job runs as it is.
+func (f *upFlags) volumes() error {
+	if f.wf.volumeRoot == "" {
+		f.wf.volumeRoot = filepath.Join(f.dataDir, "volumes")
+	}
+	if err := os.MkdirAll(f.wf.volumeRoot, 0o755); err != nil {
+		return fmt.Errorf("--volume-root: %w", err)
+	}
+	f.cf.volumes = true
+	return nil
+}
+
+// startDevServices starts NATS and Redis under dataDir unless they answer
+// at their URLs already; the function it returns stops what it started.
+func startDevServices(ctx context.Context, g *globals, dataDir string) (func(), error) {
+	ns, err := ensureNATS(g.natsURL, filepath.Join(dataDir, "nats"), g.logger)
+	if err != nil {
+		return nil, err
+	}
+	stopNATS := func() {
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+	}
+	stopRedis, err := ensureRedis(ctx, g.redisURL, filepath.Join(dataDir, "redis"), g.logger)
+	if err != nil {
+		stopNATS()
+		return nil, err
+	}
+	return func() { stopRedis(); stopNATS() }, nil
+}
+
+// startServices starts the worker, the scheduler and the control loops
+// (control.go: cancel, periodic jobs). The function it returns stops them
+// in shutdown order: stop intake (scheduler), drain running jobs (worker).
+func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
+	sch, err := newScheduler(s, &f.sf, &f.cf, obs, log)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorker(s.rdb, d, s.st, &f.wf, &f.cf, obs, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := sch.Start(ctx); err != nil {
+		w.Stop()
+		return nil, err
+	}
+	stopControl, err := startControl(ctx, s, &f.cf, &f.pf, log)
+	if err != nil {
+		sch.Stop()
+		w.Stop()
+		return nil, err
+	}
+	return func() { stopControl(); sch.Stop(); w.Stop() }, nil
 }
 
 func defaultDataDir() string {
@@ -323,103 +364,42 @@ func defaultDataDir() string {
 }
 
 // ensureNATS returns nil when a NATS server answers at url; otherwise it
-// starts an embedded one with JetStream (file store) on url's host:port.
+// starts an embedded one with JetStream on url's host:port.
 func ensureNATS(url, storeDir string, log *slog.Logger) (*server.Server, error) {
 	if nc, err := nats.Connect(url, nats.Timeout(time.Second)); err == nil {
 		nc.Close()
 		log.Info("using NATS", "url", redact.URL(url))
 		return nil, nil
 	}
-	host, port, err := hostPort(url, "nats://", 4222)
+	addr, err := devstack.ParseAddr(url, 4222)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--nats-url: %w", err)
 	}
-	if err := os.MkdirAll(storeDir, 0o700); err != nil {
-		return nil, err
-	}
-	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: storeDir,
-		NoSigs: true, NoLog: true, ServerName: "paddock-up"})
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS did not start on %s:%d (is the port taken?)", host, port)
-	}
-	log.Info("started embedded NATS with JetStream", "addr", fmt.Sprintf("%s:%d", host, port), "store", storeDir)
-	return ns, nil
+	return devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: storeDir, Logger: log})
 }
 
 // ensureRedis returns a no-op when Redis answers at url; otherwise it starts
-// a redis-server child with AOF and noeviction on url's host:port.
+// a redis-server child on url's host:port.
 func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func(), error) {
 	if rdb, err := connectRedis(ctx, url); err == nil {
 		rdb.Close()
 		log.Info("using Redis", "url", redact.URL(url))
 		return func() {}, nil
 	}
-	host, port, err := hostPort(url, "redis://", 6379)
+	addr, err := devstack.ParseAddr(url, 6379)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--redis-url: %w", err)
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("no Redis at %s and no redis-server to start: `apt-get install -y redis-server` (make demo does)", redact.URL(url))
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--bind", host, "--port", strconv.Itoa(port), "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
-		"--save", "", "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes")
-	logf, err := os.OpenFile(filepath.Join(dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if rdb, err := connectRedis(ctx, url); err == nil {
+	ping := func(ctx context.Context) error {
+		rdb, err := connectRedis(ctx, url)
+		if err == nil {
 			rdb.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("redis-server did not answer on %s:%d", host, port)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
 	}
-	log.Info("started redis-server", "addr", fmt.Sprintf("%s:%d", host, port), "dir", dir)
-	return stop, nil
-}
-
-func hostPort(url, scheme string, defPort int) (string, int, error) {
-	rest := url
-	if len(rest) > len(scheme) && rest[:len(scheme)] == scheme {
-		rest = rest[len(scheme):]
-	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '/' {
-			rest = rest[:i]
-			break
-		}
-	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		rest = rest[at+1:]
-	}
-	host, p, err := net.SplitHostPort(rest)
+	r, err := devstack.StartRedis(ctx, devstack.RedisConfig{Addr: addr, Dir: dir, Ping: ping, Logger: log})
 	if err != nil {
-		return rest, defPort, nil
+		return nil, fmt.Errorf("no Redis at %s, and %w", redact.URL(url), err)
 	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return "", 0, fmt.Errorf("bad port in %q", redact.URL(url))
-	}
-	return host, port, nil
+	return r.Stop, nil
 }

@@ -148,12 +148,11 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 }
 
 func (c *capsFlags) caps() job.Caps {
-	queues := append([]string(nil), c.queues...)
-	// The default queue goes first (Caps.Queues[0] is the default).
-	for i, q := range queues {
-		if q == job.DefaultQueue && i > 0 {
-			queues[0], queues[i] = queues[i], queues[0]
-		}
+	// The default queue goes first (Caps.Queues[0] is the default); the
+	// priority order stays --queues' own (job.QueueWeights in newWorker).
+	queues := slices.Clone(c.queues)
+	if i := slices.Index(queues, job.DefaultQueue); i > 0 {
+		queues = slices.Insert(slices.Delete(queues, i, i+1), 0, job.DefaultQueue)
 	}
 	return job.Caps{Images: c.images, Queues: queues, EnvAllow: c.envAllow,
 		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes, AllowInstall: c.allowInstall}.WithDefaults()
@@ -221,16 +220,6 @@ func checkStart(g *globals, cf *capsFlags, hf *healFlags) error {
 	return errors.Join(errs...)
 }
 
-// queueWeights gives the --queues order as asynq weights (first highest).
-func (c *capsFlags) queueWeights() map[string]int {
-	w := map[string]int{}
-	n := len(c.queues)
-	for i, q := range c.queues {
-		w[q] = 1 << (n - 1 - i) // 4, 2, 1 …
-	}
-	return w
-}
-
 // workerFlags configure a worker and its sandbox.
 type workerFlags struct {
 	id              string
@@ -282,7 +271,7 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 		return nil, err
 	}
 	cfg := worker.Config{
-		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: cf.queueWeights(),
+		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: job.QueueWeights(cf.queues),
 		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
 		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -99,7 +98,7 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 			defer fh.Close()
 			r = fh
 		}
-		return readJSONL(r, f.file)
+		return job.ReadBatch(r, f.file)
 	}
 	if len(args) == 0 {
 		return nil, errors.New("no command: paddock submit [flags] -- 'command' (or --file jobs.jsonl)")
@@ -159,35 +158,6 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 	return []job.Spec{s}, nil
 }
 
-func readJSONL(r io.Reader, name string) ([]job.Spec, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), job.MaxSpecBytes+1)
-	var specs []job.Spec
-	var errs []error
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		s, err := job.Decode([]byte(text))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s:%d: %w", name, line, err))
-			continue
-		}
-		specs = append(specs, s)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if len(specs) == 0 {
-		return nil, fmt.Errorf("%s: no job specs", name)
-	}
-	return specs, nil
-}
-
 func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.Spec) error {
 	nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
 	if err != nil {
@@ -195,22 +165,8 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 	}
 	defer nc.Close()
 	cfg := client.Config{Logger: g.logger}
-	if f.spanFile == "" {
-		if p := filepath.Join(defaultDataDir(), "spans.jsonl"); fileExists(p) {
-			f.spanFile = p
-		}
-	}
-	if f.spanFile != "" {
-		p, err := telemetry.Setup(ctx, g.telemetryConfig("paddock-cli", f.spanFile, false))
-		if err == nil {
-			defer func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = p.Shutdown(sctx)
-			}()
-			cfg.Tracer = p.TracerProvider().Tracer(client.TracerName)
-		}
-	}
+	stopTracing := f.tracing(ctx, g, &cfg)
+	defer stopTracing()
 	c, err := client.New(nc, cfg)
 	if err != nil {
 		return err
@@ -221,40 +177,68 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 	subs, err := c.SubmitBatch(ctx, specs, prog.update, f.submitOpts...)
 	prog.done()
 	var ids []string
+	var out []submitted
 	for i, s := range subs {
 		if s.Err != nil {
 			fmt.Fprintf(g.stderr, "job %d: not submitted: %v\n", i+1, s.Err)
 			continue
 		}
 		ids = append(ids, s.ID)
+		out = append(out, submitted{ID: s.ID, Duplicate: s.Duplicate})
 	}
-	if len(ids) == 0 {
-		if err == nil {
-			err = errors.New("no job was submitted")
-		}
+	switch {
+	case len(ids) == 0 && err == nil:
+		return errors.New("no job was submitted")
+	case len(ids) == 0:
 		return err
-	}
-	if !f.wait {
-		var out []submitted
-		for _, s := range subs {
-			if s.Err == nil {
-				out = append(out, submitted{ID: s.ID, Duplicate: s.Duplicate})
-			}
-		}
+	case !f.wait:
 		if perr := printSubmitted(g.stdout, out, f.output); perr != nil {
 			return perr
 		}
-		if err != nil {
-			return &exitCodeError{exitFailure}
+	default:
+		if werr := waitAndPrint(ctx, g, f, c, ids); werr != nil {
+			return werr
 		}
-		return nil
 	}
+	if err != nil {
+		return &exitCodeError{exitFailure} // some jobs were not submitted (printed above)
+	}
+	return nil
+}
+
+// tracing records the submit spans in --span-file, by default the span
+// file of `paddock up` when there is one; the function it returns flushes
+// them.
+func (f *submitFlags) tracing(ctx context.Context, g *globals, cfg *client.Config) func() {
+	if f.spanFile == "" {
+		if p := filepath.Join(defaultDataDir(), "spans.jsonl"); fileExists(p) {
+			f.spanFile = p
+		}
+	}
+	if f.spanFile == "" {
+		return func() {}
+	}
+	p, err := telemetry.Setup(ctx, g.telemetryConfig("paddock-cli", f.spanFile, false))
+	if err != nil {
+		return func() {}
+	}
+	cfg.Tracer = p.TracerProvider().Tracer(client.TracerName)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(sctx)
+	}
+}
+
+// waitAndPrint waits for the results of ids (at most --wait-timeout),
+// prints them, and returns exit status 2 when a job did not succeed.
+func waitAndPrint(ctx context.Context, g *globals, f *submitFlags, c *client.Client, ids []string) error {
 	if f.waitTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
 		defer cancel()
 	}
-	prog = newProgress(g.stderr, "finished", len(ids))
+	prog := newProgress(g.stderr, "finished", len(ids))
 	results, werr := c.WaitAll(ctx, ids, prog.update)
 	prog.done()
 	if perr := printResults(g.stdout, results, f.output); perr != nil {
@@ -263,13 +247,7 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 	if werr != nil {
 		return fmt.Errorf("waiting for results: %w (the jobs keep running; `paddock wait ID` resumes)", werr)
 	}
-	if err := jobsExit(results); err != nil {
-		return err
-	}
-	if err != nil {
-		return &exitCodeError{exitFailure}
-	}
-	return nil
+	return jobsExit(results)
 }
 
 // submitted is one line of submit's output without --wait.

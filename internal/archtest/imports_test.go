@@ -1,0 +1,74 @@
+package archtest
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/paddockhq/paddock/"
+
+// imports lists the project packages that the non-test files of dir
+// import (their paths relative to the module).
+func imports(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	entries, err := os.ReadDir(filepath.Join("..", "..", dir))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join("..", "..", dir, e.Name()), nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if rel, ok := strings.CutPrefix(p, module); ok {
+				got[rel] = true
+			}
+		}
+	}
+	return got
+}
+
+// helper tells whether imp is a small shared helper under internal/ that
+// imports no project package itself (startstop, redact, retrydelay …).
+func helper(t *testing.T, imp string) bool {
+	if !strings.HasPrefix(imp, "internal/") || strings.HasPrefix(imp, "internal/testsvc") {
+		return false
+	}
+	for sub := range imports(t, imp) {
+		if !helper(t, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestImportRule(t *testing.T) {
+	// Leaves: no project package but their own subpackages and helpers.
+	for _, leaf := range []string{"job", "locks", "sandbox", "sandbox/initproto", "telemetry"} {
+		for imp := range imports(t, leaf) {
+			assert.True(t, strings.HasPrefix(imp, leaf+"/") || imp == "sandbox/initproto" && leaf == "sandbox" || helper(t, imp),
+				"%s imports %s", leaf, imp)
+		}
+	}
+	for imp := range imports(t, "healer") {
+		assert.True(t, imp == "job" || helper(t, imp), "healer depends only on job and interfaces it declares; it imports %s", imp)
+	}
+	assert.NotContains(t, imports(t, "scheduler"), "worker")
+	assert.NotContains(t, imports(t, "worker"), "scheduler")
+	for _, pkg := range []string{"client", "results", "scheduler", "worker", "healer", "locks", "sandbox"} {
+		for imp := range imports(t, pkg) {
+			assert.False(t, strings.HasPrefix(imp, "cmd/"), "%s imports %s: only cmd wires", pkg, imp)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+// Package devstack starts what `paddock up` needs on a development machine
+// when it is not already running: an embedded NATS server with JetStream
+// and a redis-server child process, each on the address of its URL, with
+// the data under a directory. It is for one machine; production runs NATS
+// and Redis as services of their own (deploy/).
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/paddockhq/paddock/internal/redact"
+)
+
+// Addr is where a URL says a server listens.
+type Addr struct {
+	Host string
+	Port int
+}
+
+func (a Addr) String() string { return net.JoinHostPort(a.Host, strconv.Itoa(a.Port)) }
+
+// ParseAddr reads the host and port of the first server of a NATS URL list
+// (nats://, tls://, or host:port) or of a redis:// / rediss:// URL. A URL
+// without a port gets defPort; without a host, 127.0.0.1.
+func ParseAddr(raw string, defPort int) (Addr, error) {
+	first, _, _ := strings.Cut(raw, ",")
+	first = strings.TrimSpace(first)
+	if !strings.Contains(first, "://") {
+		first = "nats://" + first
+	}
+	u, err := url.Parse(first)
+	if err != nil || u.Host == "" && u.Opaque != "" {
+		return Addr{}, fmt.Errorf("devstack: %q is not a host:port URL", redact.URL(raw))
+	}
+	if u.Scheme == "unix" {
+		return Addr{}, fmt.Errorf("devstack: %s is a unix socket; up starts servers on TCP only (start redis-server on that socket yourself, or use redis://host:port)", redact.URL(raw))
+	}
+	a := Addr{Host: u.Hostname(), Port: defPort}
+	if a.Host == "" {
+		a.Host = "127.0.0.1"
+	}
+	if p := u.Port(); p != "" {
+		if a.Port, err = strconv.Atoi(p); err != nil || a.Port < 0 || a.Port > 65535 {
+			return Addr{}, fmt.Errorf("devstack: bad port %q in %s", p, redact.URL(raw))
+		}
+	}
+	return a, nil
+}
+
+// NATSConfig is an embedded NATS server.
+type NATSConfig struct {
+	// Addr is where it listens.
+	Addr Addr
+	// StoreDir holds the JetStream file store (created 0700).
+	StoreDir string
+	// Logger gets one line when it has started (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// StartNATS starts an embedded NATS server with JetStream and waits until it
+// accepts connections. Shut it down with Shutdown and WaitForShutdown.
+func StartNATS(cfg NATSConfig) (*server.Server, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
+		return nil, fmt.Errorf("devstack: NATS store: %w", err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: cfg.Addr.Host, Port: cfg.Addr.Port, JetStream: true,
+		StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true, ServerName: "paddock-up"})
+	if err != nil {
+		return nil, fmt.Errorf("devstack: embedded NATS: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("devstack: embedded NATS did not start on %s (is the port taken?)", cfg.Addr)
+	}
+	log.Info("started embedded NATS with JetStream", "addr", cfg.Addr.String(), "store", cfg.StoreDir)
+	return ns, nil
+}
+
+// RedisConfig is a redis-server child.
+type RedisConfig struct {
+	// Addr is where it listens.
+	Addr Addr
+	// Dir holds its append-only file and redis.log (created 0700).
+	Dir string
+	// Ping answers nil once the server serves (the caller's client, with
+	// its credentials); StartRedis waits for it up to 10 s.
+	Ping func(context.Context) error
+	// Logger gets one line when it has started (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Redis is a running redis-server child.
+type Redis struct {
+	cmd *exec.Cmd
+}
+
+// StartRedis starts redis-server with AOF (fsync every second) and
+// noeviction, and waits until cfg.Ping answers.
+func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("devstack: no redis-server to start: `apt-get install -y redis-server` (make demo does)")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devstack: Redis dir: %w", err)
+	}
+	cmd := exec.Command(bin, "--bind", cfg.Addr.Host, "--port", strconv.Itoa(cfg.Addr.Port), "--dir", cfg.Dir,
+		"--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
+		"--save", "", "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes")
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("devstack: start redis-server: %w", err)
+	}
+	r := &Redis{cmd: cmd}
+	if err := r.await(ctx, cfg.Ping); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("devstack: redis-server did not answer on %s: %w (see %s)", cfg.Addr, err, logf.Name())
+	}
+	log.Info("started redis-server", "addr", cfg.Addr.String(), "dir", cfg.Dir)
+	return r, nil
+}
+
+// await polls ping every 50 ms for up to 10 s.
+func (r *Redis) await(ctx context.Context, ping func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		err := ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop asks redis-server to exit (SIGINT: it flushes the AOF) and waits.
+func (r *Redis) Stop() {
+	_ = r.cmd.Process.Signal(os.Interrupt)
+	_ = r.cmd.Wait()
+}

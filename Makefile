@@ -61,8 +61,10 @@ clean: ## Remove build outputs
 COMPOSE ?= docker-compose
 COMPOSE_PROJECT ?= paddock
 WORKERS ?= 3
+# Where `make compose-up` / `make compose-creds` put the dev tenant's credentials.
+COMPOSE_CREDS ?= compose-dev.creds
 
-.PHONY: images-deploy compose-tool compose-up compose-down test-compose
+.PHONY: images-deploy compose-tool compose-up compose-creds compose-down test-compose
 
 images-deploy: setup build ## Build every image docker-compose.yml uses: paddock, nats, redis, test, sandbox
 	@scripts/build-images.sh test sandbox paddock nats redis
@@ -72,12 +74,22 @@ compose-tool: ## Install Debian's docker-compose (1.29) when no docker-compose i
 	  echo "installing docker-compose …"; \
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose >/dev/null; }
 
-compose-up: images-deploy compose-tool ## Start the compose fleet (WORKERS=3) on this host's engine
+compose-up: images-deploy compose-tool ## Start the compose fleet (WORKERS=3) on this host's engine, auth on; writes ./compose-dev.creds
 	DOCKER_GID=$$(stat -c %g /var/run/docker.sock) PADDOCK_WORKER_USER=65532:65532 \
 	  $(COMPOSE) -p $(COMPOSE_PROJECT) up -d --scale worker=$(WORKERS)
-	@echo "submit with: bin/paddock submit --wait -- 'echo hi'   (NATS on 127.0.0.1:4222)"
+	@$(MAKE) --no-print-directory compose-creds
 
-compose-down: compose-tool ## Stop the compose fleet (data volumes kept; add -v by hand to drop them)
+# The dev tenant's credentials, out of the `auth` volume (the one-shot
+# `auth` service's mounts: busybox from the tools volume), written 0600.
+compose-creds: compose-tool ## Copy the dev tenant's credentials out of the compose fleet into ./compose-dev.creds (0600)
+	@umask 077 && $(COMPOSE) -p $(COMPOSE_PROJECT) run --rm --no-deps -T --entrypoint /tools/busybox auth \
+	  cat /state/auth/creds/dev.creds >$(COMPOSE_CREDS).tmp && mv -f $(COMPOSE_CREDS).tmp $(COMPOSE_CREDS) \
+	  || { rm -f $(COMPOSE_CREDS).tmp; echo "no dev credentials: is the fleet up (make compose-up)?"; exit 1; }
+	@echo "dev tenant credentials in $(COMPOSE_CREDS) (0600; keep them secret). Submit with:"
+	@echo "  $(BIN)/paddock --nats-url nats://127.0.0.1:$${NATS_PORT:-4222} --creds $(COMPOSE_CREDS) submit --wait -- 'echo hi'"
+	@echo "more tenants: $(COMPOSE) -p $(COMPOSE_PROJECT) run --rm admin tenant add NAME --out /out/NAME.creds   (-> ./compose-creds/)"
+
+compose-down: compose-tool ## Stop the compose fleet (data and credential volumes kept; add -v by hand to drop them)
 	$(COMPOSE) -p $(COMPOSE_PROJECT) down --timeout 90
 
 test-compose: images-deploy compose-tool ## Compose fleet test: 3 workers, 200 jobs, one worker killed mid-run (~3 min)

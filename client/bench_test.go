@@ -34,8 +34,8 @@ func BenchmarkSubmitBatch(b *testing.B) {
 	}
 }
 
-// BenchmarkWait is Wait on a job that has finished (consumer create, one
-// message, consumer delete).
+// BenchmarkWait is Wait on a job that has finished (subscribe, flush, one
+// direct get, unsubscribe).
 func BenchmarkWait(b *testing.B) {
 	s := newSetup(b, true, client.Config{})
 	s.finish("bw-1", job.ReasonOK)
@@ -48,7 +48,7 @@ func BenchmarkWait(b *testing.B) {
 	}
 }
 
-// BenchmarkGet is a direct get of a stored result.
+// BenchmarkGet is a direct get of a stored result (publish, flush, reply).
 func BenchmarkGet(b *testing.B) {
 	s := newSetup(b, true, client.Config{})
 	s.finish("bg-1", job.ReasonOK)
@@ -56,6 +56,24 @@ func BenchmarkGet(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		if _, err := s.client.Get(ctx, "bg-1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWaitAll is WaitAll of 10,000 finished jobs (one subscription,
+// 10,000 direct gets, lookupsInFlight at a time).
+func BenchmarkWaitAll(b *testing.B) {
+	s := newSetup(b, true, client.Config{})
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = "bwa-" + strconv.Itoa(i)
+		s.finish(ids[i], job.ReasonOK)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := s.client.WaitAll(ctx, ids, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

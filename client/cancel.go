@@ -16,31 +16,29 @@ import (
 // predate cancel support).
 var ErrNoCanceler = errors.New("client: no scheduler answers cancel requests: start one (`paddock up` or `paddock scheduler`)")
 
-// Cancel cancels job id: a job waiting in the queue is removed and ends
-// `canceled`; a running job's container is killed and it ends `canceled`; a
-// finished job is left as it is (the reply says how it ended); a job not yet
-// scheduled, or an unknown id, is flagged so that it ends `canceled` when it
-// is reached. The reply's Outcome says which. Cancel is idempotent; an error
-// means the request may not have been carried out and retrying is safe.
+// Cancel cancels the tenant's job id: a job waiting in the queue is
+// removed and ends `canceled`; a running job's container is killed and it
+// ends `canceled`; a finished job is left as it is (the reply says how it
+// ended); a job not yet scheduled, or an unknown id, is flagged so that it
+// ends `canceled` when it is reached. The reply's Outcome says which. Cancel
+// is idempotent; an error means the request may not have been carried out
+// and retrying is safe. It is a request on job.CancelRequestSubject(tenant).
 // Without a ctx deadline, PublishTimeout applies.
 func (c *Client) Cancel(ctx context.Context, id string) (job.CancelReply, error) {
 	if err := job.CheckID(id); err != nil {
 		return job.CancelReply{}, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
-		defer cancel()
-	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
 	data, err := json.Marshal(job.CancelRequest{ID: id})
 	if err != nil {
 		return job.CancelReply{}, err
 	}
-	nc := c.js.Conn()
+	subject := job.CancelRequestSubject(c.tenant)
 	// A scheduler restarting, or NATS reconnecting, answers "no
 	// responders" for a moment: retry that until the deadline.
 	for {
-		msg, err := nc.RequestWithContext(ctx, job.SubjectCancelRequest, data)
+		msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: data}, subject)
 		switch {
 		case err == nil:
 			var reply job.CancelReply
@@ -57,6 +55,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (job.CancelReply, error)
 				return job.CancelReply{}, fmt.Errorf("%w (%s)", ErrNoCanceler, id)
 			case <-time.After(200 * time.Millisecond):
 			}
+		case errors.Is(err, ErrPermission):
+			return job.CancelReply{}, err
 		default:
 			return job.CancelReply{}, fmt.Errorf("client: cancel %s: %w", id, err)
 		}

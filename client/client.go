@@ -3,12 +3,9 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/paddockhq/paddock/telemetry"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,75 +16,31 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/paddockhq/paddock/internal/streamfull"
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/telemetry"
 )
-
-var (
-	// ErrConfig is wrapped by every invalid-configuration error of New.
-	ErrConfig = errors.New("client: invalid config")
-	// ErrNotFinished: no result exists for the id: the job is queued or
-	// running, or the id is unknown (never submitted, or its result expired).
-	ErrNotFinished = errors.New("client: job not finished (or unknown)")
-	// ErrNoStream is matched (errors.Is) by a *NoStreamError.
-	ErrNoStream = errors.New("client: no Paddock stream")
-	// ErrStreamFull is matched (errors.Is) by a *StreamFullError.
-	ErrStreamFull = errors.New("client: Paddock stream full")
-)
-
-// NoStreamError reports a missing JetStream stream: no scheduler ever ran
-// against this NATS server (or its account).
-type NoStreamError struct {
-	Stream string
-	Err    error // what NATS answered
-}
-
-func (e *NoStreamError) Error() string {
-	return "client: no stream " + e.Stream + ": start a scheduler (`paddock up` or `paddock scheduler`)"
-}
-
-// Is makes errors.Is(err, ErrNoStream) true.
-func (e *NoStreamError) Is(target error) bool { return target == ErrNoStream }
-
-func (e *NoStreamError) Unwrap() error { return e.Err }
-
-// StreamFullError reports a submission JetStream refused because
-// job.StreamJobs reached its size limit (results.StreamConfig.JobsMaxBytes;
-// the stream refuses new submissions rather than drop accepted ones) or the
-// NATS server ran out of JetStream storage. Nothing was stored: submitting
-// the same spec again later is safe.
-type StreamFullError struct {
-	Stream string
-	ID     string // the job id
-	Err    error  // what NATS answered
-}
-
-func (e *StreamFullError) Error() string {
-	return fmt.Sprintf("client: submit %s: stream %s is full (%v): the job was not submitted; "+
-		"retry once the schedulers have caught up with the backlog, or have the operator raise "+
-		"--jobs-max-bytes (results.StreamConfig.JobsMaxBytes) or the NATS server's JetStream storage (max_file_store)",
-		e.ID, e.Stream, e.Err)
-}
-
-// Is makes errors.Is(err, ErrStreamFull) true.
-func (e *StreamFullError) Is(target error) bool { return target == ErrStreamFull }
-
-func (e *StreamFullError) Unwrap() error { return e.Err }
 
 // TracerName is the instrumentation name of the default tracer.
 const TracerName = "github.com/paddockhq/paddock/client"
 
 // Config configures a Client. A zero field takes its default.
 type Config struct {
+	// Tenant is the tenant the client submits, reads and cancels as
+	// (job.CheckTenant). Default job.DefaultTenant, the tenant of a fleet
+	// without authentication. With tenant credentials it must be the
+	// credentials' tenant, and the connection must use the tenant's inbox
+	// prefix (job.InboxPrefix): Connect with ConnectConfig.Tenant does both.
+	Tenant string
 	// Logger, default slog.Default(); the client logs with component=client.
 	Logger *slog.Logger
 	// Tracer, default otel.Tracer(TracerName).
 	Tracer trace.Tracer
 	// Propagator, default otel.GetTextMapPropagator() (read at each use).
 	Propagator propagation.TextMapPropagator
-	// PublishTimeout bounds the wait for JetStream's ack of one submission
-	// (Submit without a ctx deadline, and each item of SubmitBatch).
-	// Default 10s.
+	// PublishTimeout bounds one exchange with NATS made without a ctx
+	// deadline: the wait for JetStream's ack of a submission (Submit, and
+	// each item of SubmitBatch), a Get, a Cancel, and each look-up of Wait
+	// and WaitAll. Default 10s.
 	PublishTimeout time.Duration
 	// BatchWindow is the number of unacknowledged publishes SubmitBatch keeps
 	// in flight. Default 256.
@@ -99,6 +52,12 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	if c.PublishTimeout < 0 || c.BatchWindow < 0 {
 		return c, fmt.Errorf("%w: negative PublishTimeout or BatchWindow", ErrConfig)
+	}
+	if c.Tenant == "" {
+		c.Tenant = job.DefaultTenant
+	}
+	if err := job.CheckTenant(c.Tenant); err != nil {
+		return c, fmt.Errorf("%w: Tenant: %w", ErrConfig, err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -118,19 +77,23 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Client submits jobs and reads their results. It is safe for concurrent
-// use. It does not own the NATS connection.
+// Client submits jobs and reads their results as one tenant. It is safe for
+// concurrent use. It does not own the NATS connection.
+//
+// It uses only the subjects a tenant's credentials allow (package tenant):
+// publish on the tenant's submit and cancel subjects and direct gets of its
+// results; subscribe to its results and its inbox. It never calls the
+// JetStream API otherwise (no stream info, no consumers).
 type Client struct {
-	js        jetstream.JetStream
-	cfg       Config
-	log       *slog.Logger
-	waitChunk int // ids per ordered consumer in WaitAll
-
-	mu      sync.Mutex
-	results jetstream.Stream // cached handle of job.StreamResults
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfg     Config
+	tenant  string
+	log     *slog.Logger
+	replies replyMux // request.go
 }
 
-// New returns a Client over nc.
+// New returns a Client over nc for cfg.Tenant.
 func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil NATS connection", ErrConfig)
@@ -143,12 +106,24 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{js: js, cfg: cfg, log: cfg.Logger.With("component", "client"), waitChunk: waitChunk}, nil
+	c := &Client{nc: nc, js: js, cfg: cfg, tenant: cfg.Tenant, log: cfg.Logger.With("component", "client", "tenant", cfg.Tenant)}
+	if cfg.Tenant != job.DefaultTenant && nc.Opts.InboxPrefix != job.InboxPrefix(cfg.Tenant) {
+		c.log.Warn("the NATS connection does not use the tenant's inbox prefix: with tenant credentials "+
+			"every reply is refused; connect with client.Connect(ConnectConfig{Tenant: …}) or nats.CustomInboxPrefix",
+			"inbox_prefix", nc.Opts.InboxPrefix, "want", job.InboxPrefix(cfg.Tenant))
+	}
+	return c, nil
 }
 
-// Close releases the client's asynchronous-publish state (SubmitBatch). It
-// does not close the NATS connection.
-func (c *Client) Close() { c.js.CleanupPublisher() }
+// Tenant returns the tenant the client acts as.
+func (c *Client) Tenant() string { return c.tenant }
+
+// Close releases the client's asynchronous-publish state (SubmitBatch) and
+// its reply subscription. It does not close the NATS connection.
+func (c *Client) Close() {
+	c.js.CleanupPublisher()
+	c.replies.close()
+}
 
 // Submission is the outcome of submitting one spec.
 type Submission struct {
@@ -165,15 +140,18 @@ type Submission struct {
 	Err error
 }
 
-// Submit publishes spec and waits until JetStream has stored it. It fills
-// in the id (NewID) when empty, the version, and SubmittedAt when zero. A
-// spec failing the client-side checks (id format, command present and at
-// most job.MaxCommandBytes, document at most job.MaxSpecBytes) returns an
-// error wrapping job.ErrInvalid and publishes nothing. A full
-// job.StreamJobs returns a *StreamFullError (errors.Is ErrStreamFull) and
-// stores nothing. The scheduler does the full validation against the
-// operator's caps and records a `rejected` result for what it refuses. opts
-// (options.go) add scheduling options such as NotBefore.
+// Submit publishes spec on the tenant's subject (job.SubmitSubject) and
+// waits until JetStream has stored it in the tenant's stream
+// (job.JobsStream). It fills in the id (NewID) when empty, the version, and
+// SubmittedAt when zero. A spec failing the client-side checks (id format,
+// command present and at most job.MaxCommandBytes, document at most
+// job.MaxSpecBytes, no other tenant named) returns an error wrapping
+// job.ErrInvalid and publishes nothing. A tenant at its max-queued quota
+// gets a *QuotaError (errors.Is ErrQuota), a full stream a
+// *StreamFullError (errors.Is ErrStreamFull); neither stores anything. The
+// scheduler does the full validation against the operator's caps and
+// records a `rejected` result for what it refuses. opts (options.go) add
+// scheduling options such as NotBefore.
 func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption) (Submission, error) {
 	msg, spec, err := c.prepare(spec)
 	if err != nil {
@@ -186,9 +164,9 @@ func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
 		defer cancel()
 	}
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.StreamJobs))
+	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.JobsStream(c.tenant)))
 	if err != nil {
-		err = publishErr(spec.ID, err)
+		err = c.publishErr(spec.ID, err)
 		endSpan(span, err)
 		return Submission{ID: spec.ID}, err
 	}
@@ -247,7 +225,7 @@ func (c *Client) SubmitBatch(ctx context.Context, specs []job.Spec, progress fun
 				case ack := <-f.fut.Ok():
 					subs[f.i].Seq, subs[f.i].Duplicate = ack.Sequence, ack.Duplicate
 				case err := <-f.fut.Err():
-					subs[f.i].Err = publishErr(subs[f.i].ID, err)
+					subs[f.i].Err = c.publishErr(subs[f.i].ID, err)
 				case <-ctx.Done():
 					subs[f.i].Err = fmt.Errorf("client: submit %s: ack not received: %w", subs[f.i].ID, ctx.Err())
 				}
@@ -273,10 +251,10 @@ func (c *Client) SubmitBatch(ctx context.Context, specs []job.Spec, progress fun
 		if err == nil {
 			_, f.span = c.startSubmit(ctx, msg, spec.ID)
 			f.fut, err = c.js.PublishMsgAsync(msg,
-				jetstream.WithExpectStream(job.StreamJobs),
+				jetstream.WithExpectStream(job.JobsStream(c.tenant)),
 				jetstream.WithStallWait(c.cfg.PublishTimeout))
 			if err != nil {
-				err = publishErr(spec.ID, err)
+				err = c.publishErr(spec.ID, err)
 			}
 		}
 		subs[i].Err = err
@@ -322,6 +300,10 @@ func (c *Client) prepare(spec job.Spec) (*nats.Msg, job.Spec, error) {
 	if !job.ValidID(spec.ID) {
 		fields = append(fields, job.FieldError{Field: "id", Message: "must match [A-Za-z0-9._-]{1,128}"})
 	}
+	if spec.Tenant != "" && spec.Tenant != c.tenant {
+		fields = append(fields, job.FieldError{Field: "tenant",
+			Message: fmt.Sprintf("%q is not the client's tenant %q; leave it out (the fleet takes the tenant from the credentials)", spec.Tenant, c.tenant)})
+	}
 	switch {
 	case strings.TrimSpace(spec.Command) == "":
 		fields = append(fields, job.FieldError{Field: "command", Message: "must not be empty"})
@@ -339,7 +321,7 @@ func (c *Client) prepare(spec job.Spec) (*nats.Msg, job.Spec, error) {
 		return nil, spec, &job.ValidationError{Fields: []job.FieldError{{Field: "spec",
 			Message: fmt.Sprintf("document is %d bytes; at most %d allowed", len(data), job.MaxSpecBytes)}}}
 	}
-	msg := nats.NewMsg(job.SubjectSubmit)
+	msg := nats.NewMsg(job.SubmitSubject(c.tenant))
 	msg.Data = data
 	msg.Header.Set(job.HeaderMsgID, spec.ID)
 	return msg, spec, nil
@@ -352,7 +334,8 @@ func (c *Client) startSubmit(ctx context.Context, msg *nats.Msg, id string) (con
 		trace.WithAttributes(
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.destination.name", job.SubjectSubmit),
+			attribute.String("messaging.destination.name", msg.Subject),
+			attribute.String(job.AttrTenant, c.tenant),
 			attribute.String(job.AttrJobID, id),
 		))
 	c.propagator().Inject(ctx, telemetry.NATSHeaderCarrier(msg.Header))
@@ -365,18 +348,6 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-}
-
-// publishErr names the job and turns "nobody stores this subject" into a
-// *NoStreamError and "no room" into a *StreamFullError.
-func publishErr(id string, err error) error {
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return &NoStreamError{Stream: job.StreamJobs, Err: err}
-	}
-	if streamfull.Is(err) {
-		return &StreamFullError{Stream: job.StreamJobs, ID: id, Err: err}
-	}
-	return fmt.Errorf("client: submit %s: %w", id, err)
 }
 
 func (c *Client) propagator() propagation.TextMapPropagator {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -59,34 +60,63 @@ func newSetup(t testing.TB, streams bool, cfg client.Config) *setup {
 	return s
 }
 
-// stored returns the submission stored at seq in PADDOCK_JOBS.
+// stored returns the submission stored at seq in the client's tenant's
+// stream.
 func (s *setup) stored(seq uint64) *jetstream.RawStreamMsg {
 	s.t.Helper()
-	st, err := s.js.Stream(context.Background(), job.StreamJobs)
+	st, err := s.js.Stream(context.Background(), job.JobsStream(s.client.Tenant()))
 	require.NoError(s.t, err)
 	msg, err := st.GetMsg(context.Background(), seq)
 	require.NoError(s.t, err)
 	return msg
 }
 
-// finish publishes a terminal result as results.Store does.
+// finish publishes a terminal result of the client's tenant as
+// results.Store does.
 func (s *setup) finish(id string, reason job.Reason) job.Result {
 	s.t.Helper()
-	r := job.Result{ID: id, FinishedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	return finishAs(s.t, s.js, s.client.Tenant(), id, reason)
+}
+
+// finishAs publishes a terminal result of tenant's job id as results.Store
+// does, and returns it as the client reads it.
+func finishAs(t testing.TB, js jetstream.JetStream, tenant, id string, reason job.Reason) job.Result {
+	t.Helper()
+	r := job.Result{ID: id, Tenant: tenant, Worker: "w-" + tenant, FinishedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	r.Finish(reason)
 	data, err := json.Marshal(r)
-	require.NoError(s.t, err)
-	_, err = s.js.Publish(context.Background(), job.ResultSubject(id), data, jetstream.WithMsgID("result-"+id))
-	require.NoError(s.t, err)
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), job.ResultSubject(tenant, id), data, jetstream.WithMsgID("result-"+job.Key(tenant, id)))
+	require.NoError(t, err)
 	return r
 }
 
-// watchers is the number of consumers on PADDOCK_RESULTS.
-func (s *setup) watchers() int {
+// waiters is the number of subscriptions s.nc holds on the results of the
+// client's tenant (one per Wait or WaitAll in progress).
+func (s *setup) waiters() int {
 	s.t.Helper()
-	st, err := s.js.Stream(context.Background(), job.StreamResults)
-	require.NoError(s.t, err)
-	return st.CachedInfo().State.Consumers
+	return subscriptions(s.t, s.nats.Server, s.nc, job.ResultSubjects(s.client.Tenant()))
+}
+
+// subscriptions is the number of subscriptions nc holds on subject, as
+// srv sees them.
+func subscriptions(t testing.TB, srv *server.Server, nc *nats.Conn, subject string) int {
+	t.Helper()
+	cid, err := nc.GetClientID()
+	if err != nil {
+		return 0 // reconnecting
+	}
+	cz, err := srv.Connz(&server.ConnzOptions{CID: cid, Subscriptions: true})
+	require.NoError(t, err)
+	n := 0
+	for _, c := range cz.Conns {
+		for _, sub := range c.Subs {
+			if sub == subject {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func TestSubmitAssignsIDAndStores(t *testing.T) {
@@ -131,13 +161,14 @@ func TestSubmitRejectsInvalidLocally(t *testing.T) {
 		"blank command":    {Command: "  \n"},
 		"command too long": {Command: strings.Repeat("x", job.MaxCommandBytes+1)},
 		"document too big": {Command: "x", Env: map[string]string{"A": strings.Repeat("y", job.MaxSpecBytes)}},
+		"other tenant":     {Command: "x", Tenant: "someone-else"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.client.Submit(context.Background(), spec)
 			require.ErrorIs(t, err, job.ErrInvalid)
 		})
 	}
-	st, err := s.js.Stream(context.Background(), job.StreamJobs)
+	st, err := s.js.Stream(context.Background(), job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.Zero(t, st.CachedInfo().State.Msgs, "nothing published")
 }
@@ -148,7 +179,7 @@ func TestNoStreams(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.client.Submit(ctx, job.Spec{Command: "x"})
 	require.ErrorIs(t, err, client.ErrNoStream)
-	assert.Contains(t, err.Error(), "no stream PADDOCK_JOBS: start a scheduler (`paddock up` or `paddock scheduler`)")
+	assert.Contains(t, err.Error(), "no stream PADDOCK_JOBS_default: start a scheduler (`paddock up` or `paddock scheduler`)")
 
 	subs, err := s.client.SubmitBatch(ctx, []job.Spec{{Command: "x"}, {Command: "y"}}, nil)
 	require.ErrorIs(t, err, client.ErrNoStream)
@@ -221,7 +252,7 @@ func TestSubmitBatch(t *testing.T) {
 		ids = append(ids, sub.ID)
 	}
 	assert.True(t, slices.IsSorted(ids), "ids sort in batch order")
-	st, err := s.js.Stream(context.Background(), job.StreamJobs)
+	st, err := s.js.Stream(context.Background(), job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.EqualValues(t, 997, st.CachedInfo().State.Msgs)
 
@@ -285,12 +316,12 @@ func TestWaitBeforeAndAfter(t *testing.T) {
 		r, err := s.client.Wait(ctx, "w-after")
 		ch <- outcome{r, err}
 	}()
-	require.Eventually(t, func() bool { return s.watchers() > 0 }, wait, time.Millisecond, "Wait is watching")
+	require.Eventually(t, func() bool { return s.waiters() > 0 }, wait, time.Millisecond, "Wait is subscribed")
 	want = s.finish("w-after", job.ReasonTimeout)
 	o := <-ch
 	require.NoError(t, o.err)
 	assert.Equal(t, want, o.r)
-	require.Eventually(t, func() bool { return s.watchers() == 0 }, wait, 10*time.Millisecond, "Wait removes its consumer")
+	require.Eventually(t, func() bool { return s.waiters() == 0 }, wait, 10*time.Millisecond, "Wait removes its subscription")
 }
 
 func TestWaitRespectsContext(t *testing.T) {
@@ -314,7 +345,7 @@ func TestWaitAcrossNATSRestart(t *testing.T) {
 		_, err := s.client.Wait(ctx, "w-restart")
 		ch <- err
 	}()
-	require.Eventually(t, func() bool { return s.watchers() > 0 }, wait, time.Millisecond)
+	require.Eventually(t, func() bool { return s.waiters() > 0 }, wait, time.Millisecond)
 	s.nats.Restart()
 	require.Eventually(t, s.nc.IsConnected, wait, 10*time.Millisecond)
 	s.finish("w-restart", job.ReasonOK)
@@ -324,7 +355,6 @@ func TestWaitAcrossNATSRestart(t *testing.T) {
 func TestWaitAll(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t, true, client.Config{})
-	client.SetWaitChunk(s.client, 120) // 500 ids → 5 consumers
 	ids := make([]string, 500)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("wa-%03d", i)
@@ -351,7 +381,7 @@ func TestWaitAll(t *testing.T) {
 		})
 		ch <- outcome{rs, err, calls}
 	}()
-	require.Eventually(t, func() bool { return s.watchers() == 5 }, wait, time.Millisecond)
+	require.Eventually(t, func() bool { return s.waiters() == 1 }, wait, time.Millisecond)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, id := range ids[250:] {
@@ -373,7 +403,7 @@ func TestWaitAll(t *testing.T) {
 	require.NotEmpty(t, o.calls)
 	assert.True(t, slices.IsSorted(o.calls))
 	assert.Equal(t, len(ask), o.calls[len(o.calls)-1])
-	require.Eventually(t, func() bool { return s.watchers() == 0 }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return s.waiters() == 0 }, wait, 10*time.Millisecond)
 }
 
 func TestWaitAllPartialOnCancel(t *testing.T) {
@@ -408,7 +438,7 @@ func TestReadsStoreResults(t *testing.T) {
 	rdb := r.Client()
 	t.Cleanup(func() { rdb.Close() })
 	store := results.NewStore(rdb, s.js, results.StoreConfig{})
-	res := job.Result{ID: "st-1", Worker: "w"}
+	res := job.Result{ID: "st-1", Tenant: job.DefaultTenant, Worker: "w"}
 	res.Finish(job.ReasonOOM)
 	stored, _, err := store.Record(context.Background(), res)
 	require.NoError(t, err)
@@ -453,8 +483,21 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	_, err := client.New(nil, client.Config{})
 	require.ErrorIs(t, err, client.ErrConfig)
 	s := newSetup(t, false, client.Config{})
-	_, err = client.New(s.nc, client.Config{BatchWindow: -1})
-	require.ErrorIs(t, err, client.ErrConfig)
+	for name, cfg := range map[string]client.Config{
+		"negative window":  {BatchWindow: -1},
+		"negative timeout": {PublishTimeout: -1},
+		"tenant uppercase": {Tenant: "Acme"},
+		"tenant dot":       {Tenant: "a.b"},
+		"tenant wildcard":  {Tenant: ">"},
+		"tenant too long":  {Tenant: strings.Repeat("a", job.MaxTenantLen+1)},
+	} {
+		_, err = client.New(s.nc, cfg)
+		require.ErrorIs(t, err, client.ErrConfig, name)
+	}
+	c, err := client.New(s.nc, client.Config{})
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, job.DefaultTenant, c.Tenant(), "a client without a tenant is the default tenant")
 }
 
 // newStore starts a redis-server and returns a results.Store recording on
@@ -501,10 +544,10 @@ func TestReadsEscapedIDs(t *testing.T) {
 		r, err := s.client.Wait(ctx, "a.")
 		one <- outcome{[]job.Result{r}, err}
 	}()
-	require.Eventually(t, func() bool { return s.watchers() == 2 }, wait, time.Millisecond, "both are watching")
+	require.Eventually(t, func() bool { return s.waiters() == 2 }, wait, time.Millisecond, "both are subscribed")
 	want := map[string]job.Result{}
 	for _, id := range ids {
-		r := job.Result{ID: id, Worker: "w"}
+		r := job.Result{ID: id, Tenant: job.DefaultTenant, Worker: "w"}
 		r.Finish(job.ReasonOK)
 		stored, first, err := store.Record(ctx, r)
 		require.NoError(t, err)
@@ -536,7 +579,7 @@ func TestReadsEscapedIDs(t *testing.T) {
 	}
 }
 
-// A full PADDOCK_JOBS refuses submissions with a typed error that says what
+// A full PADDOCK_JOBS_default refuses submissions with a typed error that says what
 // to do, keeps what it accepted, and takes the same spec once it has room.
 func TestSubmitStreamFull(t *testing.T) {
 	t.Parallel()
@@ -557,14 +600,15 @@ func TestSubmitStreamFull(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrStreamFull)
 	var full *client.StreamFullError
 	require.ErrorAs(t, err, &full)
-	assert.Equal(t, job.StreamJobs, full.Stream)
+	assert.Equal(t, job.JobsStream(job.DefaultTenant), full.Stream)
 	assert.Equal(t, fmt.Sprintf("full-%d", accepted), full.ID)
-	assert.Contains(t, err.Error(), "stream PADDOCK_JOBS is full")
+	assert.Contains(t, err.Error(), "stream PADDOCK_JOBS_default is full")
 	assert.Contains(t, err.Error(), "maximum bytes exceeded", "NATS's reason is kept")
 	assert.Contains(t, err.Error(), "--jobs-max-bytes", "the error says what to do")
 	assert.False(t, errors.Is(err, client.ErrNoStream))
+	assert.False(t, errors.Is(err, client.ErrQuota), "a size limit is not the tenant's quota")
 	require.Positive(t, accepted)
-	st, err := s.js.Stream(ctx, job.StreamJobs)
+	st, err := s.js.Stream(ctx, job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.EqualValues(t, accepted, st.CachedInfo().State.Msgs, "nothing accepted was dropped")
 

@@ -91,6 +91,31 @@ func ExampleClient_WaitAll() {
 	// succeeded c
 }
 
+// Connect as a tenant: its credentials, its inbox prefix, and a client of
+// the same tenant. A tenant at its max-queued quota gets a *QuotaError.
+func ExampleConnect() {
+	ctx := context.Background()
+	nc, err := client.Connect(ctx, client.ConnectConfig{
+		URL:    "nats://nats.example.com:4222",
+		Creds:  "/etc/paddock/ci.creds", // written by `paddock tenant add ci`
+		Tenant: "ci",
+	})
+	if err != nil {
+		panic(err) // says when the server refused the credentials, never showing them
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.Config{Tenant: "ci"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	_, err = c.Submit(ctx, job.Spec{Command: "make test"})
+	var quota *client.QuotaError
+	if errors.As(err, &quota) {
+		fmt.Println("too many jobs queued; try again once some have finished")
+	}
+}
+
 // Get reads a result without waiting.
 func ExampleClient_Get() {
 	fleet := startStandInFleet()
@@ -146,7 +171,7 @@ func startStandInFleet() standInFleet {
 	if err := results.EnsureStreams(ctx, js, results.StreamConfig{}); err != nil {
 		panic(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, job.StreamJobs, jetstream.ConsumerConfig{Durable: "stand-in", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := js.CreateOrUpdateConsumer(ctx, job.JobsStream(job.DefaultTenant), jetstream.ConsumerConfig{Durable: "stand-in", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		panic(err)
 	}
@@ -161,7 +186,7 @@ func startStandInFleet() standInFleet {
 		r := job.Result{ID: spec.ID, Stdout: job.Output{Text: arg + "\n", Bytes: int64(len(arg) + 1)}}
 		r.Finish(job.ReasonOK)
 		data, _ := json.Marshal(r)
-		if _, err := js.Publish(ctx, job.ResultSubject(spec.ID), data); err == nil {
+		if _, err := js.Publish(ctx, job.ResultSubject(job.DefaultTenant, spec.ID), data); err == nil {
 			_ = m.Ack()
 		}
 	})

@@ -2,70 +2,29 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddockhq/paddock/job"
 )
 
-// waitChunk is the number of ids one ordered consumer of WaitAll filters on.
-// 1000 subjects of up to 144 bytes stay well inside a 1 MB request.
-const waitChunk = 1000
-
-// Get returns the terminal result of job id, or an error wrapping
-// ErrNotFinished when there is none (yet). It reads the last message on
-// job.ResultSubject(id) with a direct get (any stream replica answers).
-func (c *Client) Get(ctx context.Context, id string) (job.Result, error) {
-	if err := job.CheckID(id); err != nil {
-		return job.Result{}, err
-	}
-	st, err := c.resultsStream(ctx)
-	if err != nil {
-		return job.Result{}, err
-	}
-	msg, err := st.GetLastMsgForSubject(ctx, job.ResultSubject(id))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return job.Result{}, fmt.Errorf("%w: %s", ErrNotFinished, id)
-	case errors.Is(err, nats.ErrNoResponders):
-		c.forgetResultsStream()
-		return job.Result{}, &NoStreamError{Stream: job.StreamResults, Err: err}
-	case err != nil:
-		return job.Result{}, fmt.Errorf("client: get %s: %w", id, err)
-	}
-	return decodeResult(id, msg.Data)
-}
-
-// resultsStream returns the cached handle of job.StreamResults, looking it
-// up once (it tells whether direct gets are allowed).
-func (c *Client) resultsStream(ctx context.Context) (jetstream.Stream, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.results != nil {
-		return c.results, nil
-	}
-	st, err := c.js.Stream(ctx, job.StreamResults)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, &NoStreamError{Stream: job.StreamResults, Err: err}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("client: stream %s: %w", job.StreamResults, err)
-	}
-	c.results = st
-	return st, nil
-}
-
-func (c *Client) forgetResultsStream() {
-	c.mu.Lock()
-	c.results = nil
-	c.mu.Unlock()
-}
+const (
+	// lookupsInFlight bounds the direct gets one WaitAll has in flight.
+	lookupsInFlight = 64
+	// relookFirst and relookMax space WaitAll's backstop look-ups (see
+	// waiter.lookups), doubling from the first to the last.
+	relookFirst = 2 * time.Second
+	relookMax   = time.Minute
+	// checkEvery is how often WaitAll checks for a reconnect or dropped
+	// messages (local counters, no traffic) and whether the backstop is due.
+	checkEvery = time.Second
+)
 
 // Wait blocks until job id has a terminal result and returns it, whether the
 // job ended before or after the call. It returns ctx's error (wrapped) when
@@ -81,73 +40,51 @@ func (c *Client) Wait(ctx context.Context, id string) (job.Result, error) {
 // WaitAll waits for the terminal results of ids and returns them in the
 // order of ids (an id may repeat). progress, if not nil, is called each
 // time results arrive, with the number of ids done; the calls come from the
-// caller's goroutine. On error (ctx ended, a stream missing) the slice holds
-// the results received so far and a zero Result for the others.
+// caller's goroutine. On error (ctx ended, a stream missing, a permission
+// refused) the slice holds the results received so far and a zero Result
+// for the others.
 //
-// One ordered consumer per 1000 ids delivers the last result of each id
-// already stored and then every new one (DeliverLastPerSubject on the ids'
-// subjects), so there is no window between "look" and "subscribe", no
-// polling, and a NATS reconnect resumes where it left off.
+// WaitAll first subscribes to the tenant's results (job.ResultSubjects: a
+// plain NATS subscription, which sees every result the fleet publishes from
+// then on), and only then reads the last result of each id with a direct
+// get, lookupsInFlight at a time: a result published before the
+// subscription is in the stream, one published after reaches the
+// subscription, so none is missed. After a NATS reconnect, or when the
+// subscription dropped messages (a slow consumer), it looks the ids still
+// pending up again; and it does so now and then anyway (after relookFirst,
+// doubling up to relookMax), for a result whose storing lagged its delivery
+// (a stream replica behind its leader).
 func (c *Client) WaitAll(ctx context.Context, ids []string, progress func(done, total int)) ([]job.Result, error) {
 	out := make([]job.Result, len(ids))
-	pending := make(map[string][]int, len(ids))
-	var subjects []string
+	at := make(map[string][]int, len(ids))
 	for i, id := range ids {
 		if err := job.CheckID(id); err != nil {
 			return out, err
 		}
-		if _, ok := pending[id]; !ok {
-			subjects = append(subjects, job.ResultSubject(id))
-		}
-		pending[id] = append(pending[id], i)
+		at[id] = append(at[id], i)
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
-
-	msgs := make(chan jetstream.Msg, 64)
-	stop := make(chan struct{})
-	var watches []watch
-	defer func() {
-		close(stop)
-		c.unwatch(watches)
-	}()
-	for chunk := range slices.Chunk(subjects, c.waitChunk) {
-		w, err := c.watch(ctx, chunk, func(m jetstream.Msg) {
-			select {
-			case msgs <- m:
-			case <-stop:
-			}
-		})
-		if err != nil {
-			return out, err
-		}
-		watches = append(watches, w)
+	w, err := c.startWait(ctx, slices.Collect(maps.Keys(at)))
+	if err != nil {
+		return out, err
 	}
-
+	defer w.stop()
 	done := 0
 	for done < len(ids) {
 		select {
-		case m := <-msgs:
-			// Subjects escape some ids ("a." is paddock.results.a~): map
-			// back with the inverse of job.ResultSubject.
-			id, ok := job.IDFromResultSubject(m.Subject())
-			if !ok {
-				continue // not a result subject (cannot happen with our filters)
+		case f := <-w.found:
+			if f.err != nil {
+				return out, f.err
 			}
-			at, ok := pending[id]
-			if !ok {
-				continue // a republished copy of a result already taken
+			if !w.take(f.id) {
+				continue // taken already (by the subscription and a look-up, or a republish)
 			}
-			r, err := decodeResult(id, m.Data())
-			if err != nil {
-				return out, err
+			for _, i := range at[f.id] {
+				out[i] = f.r
 			}
-			for _, i := range at {
-				out[i] = r
-			}
-			delete(pending, id)
-			done += len(at)
+			done += len(at[f.id])
 			if progress != nil {
 				progress(done, len(ids))
 			}
@@ -158,58 +95,177 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, progress func(done, 
 	return out, nil
 }
 
-// watch is one ordered consumer of WaitAll.
-type watch struct {
-	cons jetstream.Consumer
-	cc   jetstream.ConsumeContext
+// found is a result for WaitAll, or the error that ends it.
+type found struct {
+	id  string
+	r   job.Result
+	err error
 }
 
-func (c *Client) watch(ctx context.Context, subjects []string, handle func(jetstream.Msg)) (watch, error) {
-	cons, err := c.js.OrderedConsumer(ctx, job.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects,
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		// The server drops the consumer by itself if this client vanishes.
-		InactiveThreshold: time.Minute,
-	})
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return watch{}, &NoStreamError{Stream: job.StreamResults, Err: err}
+// waiter is one WaitAll's subscription and look-ups, both sending to found.
+type waiter struct {
+	c      *Client
+	ctx    context.Context // ends with WaitAll
+	cancel context.CancelFunc
+	want   map[string]bool // the ids waited for; read-only
+	found  chan found
+	sub    *nats.Subscription
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[string]bool // the ids not taken yet
+}
+
+func (c *Client) startWait(ctx context.Context, ids []string) (*waiter, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &waiter{c: c, ctx: wctx, cancel: cancel, want: make(map[string]bool, len(ids)),
+		pending: make(map[string]bool, len(ids)), found: make(chan found, lookupsInFlight)}
+	for _, id := range ids {
+		w.want[id], w.pending[id] = true, true
 	}
+	if err := w.subscribe(); err != nil {
+		cancel()
+		return nil, err
+	}
+	w.wg.Add(1)
+	go w.lookups(ids)
+	return w, nil
+}
+
+// take marks id taken; false when it was already.
+func (w *waiter) take(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.pending[id] {
+		return false
+	}
+	delete(w.pending, id)
+	return true
+}
+
+// subscribe subscribes to the tenant's results and makes sure the server
+// holds the subscription before any look-up starts.
+func (w *waiter) subscribe() error {
+	subject := job.ResultSubjects(w.c.tenant)
+	before := w.c.nc.LastError()
+	sub, err := w.c.nc.Subscribe(subject, w.onResult)
 	if err != nil {
-		return watch{}, fmt.Errorf("client: watch results: %w", err)
+		return fmt.Errorf("client: subscribe to %s: %w", subject, err)
 	}
-	cc, err := cons.Consume(handle, jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(5*time.Second))
-	if err != nil {
-		c.deleteConsumer(cons)
-		return watch{}, fmt.Errorf("client: watch results: %w", err)
-	}
-	return watch{cons: cons, cc: cc}, nil
-}
-
-// unwatch stops the consumers and deletes them on the server (best effort:
-// InactiveThreshold removes what a failed delete leaves).
-func (c *Client) unwatch(ws []watch) {
-	for _, w := range ws {
-		w.cc.Stop()
-		c.deleteConsumer(w.cons)
-	}
-}
-
-func (c *Client) deleteConsumer(cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := w.c.withTimeout(w.ctx)
 	defer cancel()
-	if err := c.js.DeleteConsumer(ctx, job.StreamResults, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		c.log.Debug("ordered consumer not deleted; the server expires it", "consumer", info.Name, "err", err)
+	// A failed flush (reconnecting) is covered by the look-up after the
+	// reconnect; only ctx ending is an error.
+	_ = w.c.nc.FlushWithContext(ctx)
+	err = w.c.denied(before, subject, job.SubjectResultPrefix+w.c.tenant+".")
+	if err == nil && w.ctx.Err() != nil {
+		err = fmt.Errorf("client: subscribe to %s: %w", subject, w.ctx.Err())
+	}
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	w.sub = sub
+	return nil
+}
+
+// onResult takes a result the subscription delivered.
+func (w *waiter) onResult(m *nats.Msg) {
+	tenant, id, ok := job.ParseResultSubject(m.Subject)
+	if !ok || tenant != w.c.tenant || !w.want[id] {
+		return // another job of the tenant
+	}
+	r, err := decodeResult(tenant, id, m.Data)
+	w.send(found{id: id, r: r, err: err})
+}
+
+func (w *waiter) send(f found) {
+	select {
+	case w.found <- f:
+	case <-w.ctx.Done():
 	}
 }
 
-func decodeResult(id string, data []byte) (job.Result, error) {
-	var r job.Result
-	if err := json.Unmarshal(data, &r); err != nil {
-		return job.Result{}, fmt.Errorf("client: result of %s is not valid JSON: %w", id, err)
+// lookups looks ids up, then looks the pending ones up again after a
+// reconnect (results published while the subscription was away are only
+// in the stream), after the subscription dropped messages, and when the
+// backstop is due. Reading the connection's counters can block while
+// nats.go dials a server: this goroutine waits, WaitAll's does not.
+func (w *waiter) lookups(ids []string) {
+	defer w.wg.Done()
+	reconnects := w.c.nc.Stats().Reconnects
+	dropped := 0
+	next, backoff := time.Now().Add(relookFirst), 2*relookFirst
+	w.lookAll(ids, true)
+	tick := time.NewTicker(checkEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-w.ctx.Done():
+			return
+		}
+		r := w.c.nc.Stats().Reconnects
+		d, _ := w.sub.Dropped()
+		if now := time.Now(); r != reconnects || d != dropped || !now.Before(next) {
+			reconnects, dropped = r, d
+			next, backoff = now.Add(backoff), min(2*backoff, relookMax)
+			w.lookAll(w.stillPending(), false)
+		}
 	}
-	return r, nil
+}
+
+func (w *waiter) stillPending() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Keys(w.pending))
+}
+
+// lookAll looks ids up with lookupsInFlight workers.
+func (w *waiter) lookAll(ids []string, first bool) {
+	todo := make(chan string)
+	var wg sync.WaitGroup
+	for range min(lookupsInFlight, len(ids)) {
+		wg.Go(func() {
+			for id := range todo {
+				w.look(id, first)
+			}
+		})
+	}
+feed:
+	for _, id := range ids {
+		select {
+		case todo <- id:
+		case <-w.ctx.Done():
+			break feed
+		}
+	}
+	close(todo)
+	wg.Wait()
+}
+
+// look reads id's last result. An error that a later look-up may not have
+// (a timeout, a reconnect, the stream not back yet after a restart) is
+// logged and left to the next look-up; any other ends WaitAll: a missing
+// stream on the first look-up, a refused permission, a malformed result.
+func (w *waiter) look(id string, first bool) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.PublishTimeout)
+	defer cancel()
+	r, ok, err := w.c.lookup(ctx, id)
+	switch {
+	case ok:
+		w.send(found{id: id, r: r})
+	case err == nil || w.ctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		!first && errors.Is(err, ErrNoStream):
+		w.c.log.Debug("result look-up failed; looking again later", "job", id, "err", err)
+	default:
+		w.send(found{err: err})
+	}
+}
+
+func (w *waiter) stop() {
+	w.cancel()
+	_ = w.sub.Unsubscribe()
+	w.wg.Wait()
 }

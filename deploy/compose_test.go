@@ -80,16 +80,25 @@ type compose struct {
 	natsURL string
 	redis   string // host:port
 	image   string // the paddock image
+	creds   composeCreds
 
 	mu     sync.Mutex
 	owners map[string]bool // worker ids = sandbox owner labels seen
 }
 
+// composeCreds are the credentials the test takes out of the fleet's auth
+// volume, as `make compose-creds` does.
+type composeCreds struct {
+	dev, admin    string // .creds files: the dev tenant's (0600, uid 65532), the admin's
+	redisPassword string
+}
+
 // TestCompose brings up docker-compose.yml with several workers on this
-// host's engine, runs jobs through the published NATS port with the CLI of
-// the deployed image, optionally kills a worker mid-run, checks that every
-// job has exactly one terminal result, and takes the stack down leaving no
-// container behind.
+// host's engine, checks that NATS and Redis refuse clients without
+// credentials, runs jobs as the dev tenant through the published NATS port
+// with the CLI of the deployed image, optionally kills a worker mid-run,
+// checks that every job has exactly one terminal result, and takes the
+// stack down leaving no container behind.
 func TestCompose(t *testing.T) {
 	run := composeRunFromEnv(t)
 	c := newCompose(t, run)
@@ -104,8 +113,11 @@ func TestCompose(t *testing.T) {
 	healthyTook := time.Since(t0)
 	t.Logf("stack up in %s, healthy in %s (%d workers)", upTook.Round(time.Millisecond), healthyTook.Round(time.Millisecond), run.workers)
 	c.recordOwners()
+	c.creds = c.copyCreds()
+	c.checkAuthRequired()
 
-	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second))
+	// The test's own checks read the streams: the admin user may.
+	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second), nats.UserCredentials(c.creds.admin))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -284,8 +296,85 @@ func (c *compose) cmd(timeout time.Duration, name string, args ...string) (strin
 }
 
 func (c *compose) compose(timeout time.Duration, args ...string) (string, error) {
+	return c.cmd(timeout, "docker-compose", c.composeArgs(args...)...)
+}
+
+func (c *compose) composeArgs(args ...string) []string {
 	base := []string{"-f", filepath.Join(c.root, "docker-compose.yml"), "--project-directory", c.root, "--ansi", "never"}
-	return c.cmd(timeout, "docker-compose", append(base, args...)...)
+	return append(base, args...)
+}
+
+// authFile returns a file of the fleet's auth volume (under /state/auth), read
+// the way `make compose-creds` reads it: the one-shot auth service's mounts.
+func (c *compose) authFile(name string) []byte {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker-compose", c.composeArgs("run", "--rm", "--no-deps", "-T",
+		"--entrypoint", "/tools/busybox", "auth", "cat", "/state/auth/"+name)...)
+	cmd.Dir, cmd.Env = c.root, c.env
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(c.t, cmd.Run(), "read %s from the auth volume: %s", name, stderr.String())
+	require.NotEmpty(c.t, stdout.Bytes(), name)
+	return stdout.Bytes()
+}
+
+// copyCreds copies the dev tenant's and the admin's credentials and the
+// Redis password out of the auth volume. The dev creds are owned by 65532:
+// the CLI container that submits runs as that user.
+func (c *compose) copyCreds() composeCreds {
+	c.t.Helper()
+	dir := c.t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(c.t, os.WriteFile(p, data, 0o600))
+		return p
+	}
+	cr := composeCreds{
+		dev:           write("dev.creds", c.authFile("creds/dev.creds")),
+		admin:         write("admin.creds", c.authFile("creds/admin.creds")),
+		redisPassword: strings.TrimSpace(string(c.authFile("redis.password"))),
+	}
+	require.NoError(c.t, os.Chown(cr.dev, 65532, 65532))
+	require.NotEmpty(c.t, cr.redisPassword)
+	return cr
+}
+
+// checkAuthRequired: NATS refuses a client without credentials, and Redis
+// answers NOAUTH to one without the password (WRONGPASS to a wrong one).
+func (c *compose) checkAuthRequired() {
+	t := c.t
+	t.Helper()
+	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+	}
+	assert.ErrorIs(t, err, nats.ErrAuthorization, "an anonymous NATS connection must be refused")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, o := range []*redis.Options{
+		{Addr: c.redis},
+		{Addr: c.redis, Password: "not-the-password"},
+		{Addr: c.redis, Username: "paddock", Password: "not-the-password"},
+	} {
+		rdb := redis.NewClient(o)
+		err := rdb.Ping(ctx).Err()
+		rdb.Close()
+		if assert.Error(t, err, "redis without the password (user %q)", o.Username) {
+			assert.Regexp(t, `^(NOAUTH|WRONGPASS) `, err.Error(), "redis without the password")
+		}
+	}
+	rdb := c.redisClient()
+	defer rdb.Close()
+	require.NoError(t, rdb.Ping(ctx).Err(), "redis with the password of the auth volume")
+}
+
+// redisClient connects to the published Redis as the services do.
+func (c *compose) redisClient() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: c.redis, Username: "paddock", Password: c.creds.redisPassword})
 }
 
 // buildImages builds the local images the stack uses: paddock from this
@@ -391,14 +480,15 @@ func (c *compose) ownerList() []string {
 }
 
 // submit runs `paddock submit --wait` of the deployed image against the
-// published NATS port and returns the results it prints.
+// published NATS port, as the dev tenant, and returns the results it prints.
 func (c *compose) submit(ctx context.Context, jobs []byte, wait time.Duration) []job.Result {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, wait+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", "run", "--rm", "-i", "--network", "host", "--user", "65532:65532",
 		"--label", "com.docker.compose.project="+c.project, // cleaned with the project
-		c.image, "submit", "--nats-url", c.natsURL, "--file", "-", "--wait",
+		"-v", c.creds.dev+":/creds/dev.creds:ro",
+		c.image, "--creds", "/creds/dev.creds", "submit", "--nats-url", c.natsURL, "--file", "-", "--wait",
 		"--wait-timeout", wait.String(), "--output", "json")
 	cmd.Stdin = bytes.NewReader(jobs)
 	var stdout, stderr bytes.Buffer
@@ -461,6 +551,7 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 		assert.False(t, seenID[r.ID], "job %s reported twice", r.ID)
 		seenN[n], seenID[r.ID] = true, true
 		assert.Equal(t, job.StateSucceeded, r.State, "job n=%s: %s %s", n, r.Reason, r.Error)
+		assert.Equal(t, "dev", r.Tenant, "job n=%s: the tenant of the credentials", n)
 		assert.Contains(t, r.Stdout.Text, "job-"+n, "job n=%s output", n)
 		assert.Contains(t, owners, r.Worker, "job n=%s ran on a worker of this project", n)
 		if killed != "" && r.Worker == killed {
@@ -487,17 +578,17 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 	require.NoError(t, err)
 	assert.Equal(t, uint64(run.jobs), info.State.Msgs, "results stored")
 	assert.Equal(t, uint64(run.jobs), info.State.LastSeq, "results ever published")
-	jst, err := js.Stream(ctx, job.StreamJobs)
+	jst, err := js.Stream(ctx, job.JobsStream("dev"))
 	require.NoError(t, err)
 	jinfo, err := jst.Info(ctx)
 	require.NoError(t, err)
-	assert.Zero(t, jinfo.State.Msgs, "submissions left in %s", job.StreamJobs)
+	assert.Zero(t, jinfo.State.Msgs, "submissions left in %s", job.JobsStream("dev"))
 
 	// Redis: the authoritative result of each job, and empty queues.
-	rdb := redis.NewClient(&redis.Options{Addr: c.redis})
+	rdb := c.redisClient()
 	defer rdb.Close()
 	for _, r := range results {
-		raw, err := rdb.Get(ctx, "paddock:result:"+r.ID).Bytes()
+		raw, err := rdb.Get(ctx, "paddock:result:"+r.Key()).Bytes()
 		if assert.NoError(t, err, "stored result of %s", r.ID) {
 			var stored job.Result
 			require.NoError(t, json.Unmarshal(raw, &stored))

@@ -13,8 +13,14 @@
 // overlay with `kubectl kustomize` and checks how the parts fit (probes on
 // the metrics port, grace periods above the drain, PDB and Service
 // selectors, KEDA triggers on real asynq keys, every PADDOCK_* variable a
-// real flag). compose_test.go brings the compose fleet up on the local
-// Docker engine, runs jobs through it and takes it down; `make test` runs a
-// short version, `make test-compose` the 200-job run with a worker killed
-// mid-run. docs/operations.md explains the choices.
+// real flag). auth_test.go checks the credentials: NATS and Redis read the
+// Secret paddock-auth (made from `paddock auth init`), schedulers and
+// workers a private copy of it, every KEDA redis trigger authenticates,
+// NetworkPolicies let only schedulers and workers reach Redis, and no file
+// holds a password, a seed or a JWT. compose_test.go brings the compose
+// fleet up on the local Docker engine, checks that NATS and Redis refuse
+// clients without credentials, runs jobs through it as the dev tenant and
+// takes it down; `make test` runs a short version, `make test-compose` the
+// 200-job run with a worker killed mid-run. docs/operations.md explains the
+// choices.
 package deploy

@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -163,8 +164,12 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &appsv1.StatefulSet{}, nil
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "keda.sh/v1alpha1 ScaledObject":
 		return &scaledObject{}, nil
+	case "keda.sh/v1alpha1 TriggerAuthentication":
+		return &triggerAuthentication{}, nil
 	case "kustomize.config.k8s.io/v1beta1 Kustomization", "kustomize.config.k8s.io/v1alpha1 Component":
 		return &kustomization{}, nil
 	}
@@ -245,7 +250,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"Kustomization", "Component", "Deployment", "StatefulSet", "Service",
-		"ServiceAccount", "PodDisruptionBudget", "ScaledObject"} {
+		"ServiceAccount", "PodDisruptionBudget", "ScaledObject", "NetworkPolicy", "TriggerAuthentication"} {
 		assert.Positive(t, kinds[k], "no %s decoded", k)
 	}
 	t.Logf("%d files decoded strictly: %v", len(files), kinds)
@@ -258,6 +263,8 @@ func TestDecodeStrictRejectsUnknownFields(t *testing.T) {
 		"deployment": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          imagePullPolicyy: Always\n",
 		"pdb":        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x}\nspec: {maxUnavailabel: 1}\n",
 		"keda":       "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec: {scaleTargetRef: {name: x}, triggers: [], minReplicas: 1}\n",
+		"kedaauth":   "apiVersion: keda.sh/v1alpha1\nkind: TriggerAuthentication\nmetadata: {name: x}\nspec: {secretTargetRefs: []}\n",
+		"netpol":     "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: x}\nspec: {podSelector: {}, ingres: []}\n",
 		"kustomize":  "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresource: [a.yaml]\n",
 		"duplicate":  "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {type: ClusterIP, type: NodePort}\n",
 		"unknown":    "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
@@ -332,6 +339,9 @@ func TestOverlaysBuild(t *testing.T) {
 			b := kustomizeBuild(t, dir)
 			if strings.Contains(dir, "overlays") {
 				checkOverlay(t, b)
+			}
+			if !strings.Contains(dir, "base") {
+				checkSharedServicesAuth(t, b) // auth_test.go
 			}
 			checkWorkloads(t, b)
 		})
@@ -592,6 +602,10 @@ func checkOverlay(t *testing.T, b *built) {
 		queues = strings.Split(q, ",")
 	}
 	concurrency, _ := strconv.Atoi(cm.Data["PADDOCK_CONCURRENCY"])
+	// Credentials and who reaches Redis (auth_test.go).
+	checkKEDAAuth(t, b, so)
+	checkServiceAuth(t, b, cm)
+	checkRedisPolicies(t, b)
 	covered := map[string]bool{}
 	for _, tr := range so.Spec.Triggers {
 		allowed, ok := kedaMetadataKeys[tr.Type]
@@ -714,7 +728,7 @@ func TestPaddockVariablesAreFlags(t *testing.T) {
 	// Compose-level variables (image names, host paths, the worker's user)
 	// are not paddock flags.
 	composeOnly := []string{"PADDOCK_IMAGE", "PADDOCK_TOOLS_IMAGE", "PADDOCK_INIT_DIR", "PADDOCK_DOCKER_SOCK", "PADDOCK_RUN_DIR",
-		"PADDOCK_WORKER_USER", "PADDOCK_WORKER_CONCURRENCY"}
+		"PADDOCK_WORKER_USER", "PADDOCK_WORKER_CONCURRENCY", "PADDOCK_ADMIN_OUT"}
 	for _, f := range sources {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)

@@ -160,10 +160,10 @@ type Config struct {
 
 	// Memo remembers fixes that worked (nil = no memo).
 	Memo MemoStore
-	// MemoScope partitions the memo (default: one scope for the fleet).
-	// A fix found for one job is replayed for another with the same
-	// failure, so a fleet shared by parties that must not influence each
-	// other's commands should scope by tenant (a label, the queue).
+	// MemoScope partitions the memo (default: the job's tenant; the image
+	// is part of every key anyway). A fix found for one job is replayed
+	// for another with the same failure, so parties that must not
+	// influence each other's commands never share a scope.
 	MemoScope func(job.Spec) string
 	// MemoTimeout bounds each memo call (default 2 s).
 	MemoTimeout time.Duration
@@ -215,7 +215,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.Rules = DefaultRules()
 	}
 	if c.MemoScope == nil {
-		c.MemoScope = func(job.Spec) string { return "" }
+		c.MemoScope = func(s job.Spec) string {
+			if s.Tenant == "" {
+				return job.DefaultTenant
+			}
+			return s.Tenant
+		}
 	}
 	if c.MemoTimeout == 0 {
 		c.MemoTimeout = 2 * time.Second

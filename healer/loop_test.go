@@ -322,7 +322,7 @@ func TestStaleMemoEntryIsForgotten(t *testing.T) {
 	// Learn the fingerprint from a first run, then plant a bad fix under it.
 	res, err := l.Run(context.Background(), s.session(t, small(testsvc.TestImage), nil), sp, job.HealPolicy{Mode: job.HealOff}, 20*time.Second)
 	require.NoError(t, err)
-	key := healer.Fingerprint("", sp.Image, sp.Command, healer.Classify(res.Final))
+	key := healer.Fingerprint(job.DefaultTenant, sp.Image, sp.Command, healer.Classify(res.Final))
 	require.NoError(t, memo.Put(context.Background(), key, healer.Fix{Source: job.ActionRules, Command: "exit 9"}))
 
 	res, err = l.Run(context.Background(), s.session(t, small(testsvc.TestImage), nil), sp, rules, 20*time.Second)
@@ -604,4 +604,34 @@ func TestConfigValidation(t *testing.T) {
 	_, err := healer.New(healer.Config{})
 	assert.NoError(t, err)
 	assert.True(t, errors.Is(healer.ErrConfig, healer.ErrConfig))
+}
+
+// The memo is per tenant: a fix one tenant's job talked the LLM into is
+// never replayed into another tenant's container.
+func TestMemoIsPerTenant(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	rdb := testsvc.StartRedis(t).Client()
+	t.Cleanup(func() { rdb.Close() })
+	memo, err := healer.NewRedisMemo(rdb, healer.RedisMemoConfig{KeyPrefix: testsvc.Unique("memo") + ":"})
+	require.NoError(t, err)
+	llm := newFakeLLM(t, func(int, llmRequest) (int, string) {
+		return 200, chat(fenced("grep -E 'ro+t' /etc/passwd"), 150, 12)
+	})
+	ev := newEvents()
+	l := newLoop(t, healer.Config{LLM: llm.config(), Memo: memo, Metrics: healer.Metrics{Event: ev.add}})
+	const cmd = "grep -P 'ro+t' /etc/passwd"
+	run := func(tenant string) healer.Result {
+		sp := spec(testsvc.TestImage, cmd)
+		sp.Tenant = tenant
+		res, err := l.Run(context.Background(), s.session(t, small(testsvc.TestImage), nil), sp, llmMode, 20*time.Second)
+		require.NoError(t, err)
+		require.Len(t, res.Attempts, 2)
+		return res
+	}
+	assert.Equal(t, job.ActionLLM, run("a").Attempts[1].Action)
+	assert.Equal(t, job.ActionMemo, run("a").Attempts[1].Action, "tenant a's second job replays a's fix")
+	assert.Equal(t, job.ActionLLM, run("b").Attempts[1].Action, "tenant b does not get a's fix")
+	assert.Equal(t, 2, llm.calls())
+	assert.EqualValues(t, 1, ev.get(healer.EventMemoHit))
 }

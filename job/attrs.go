@@ -8,6 +8,7 @@ package job
 // match these.
 const (
 	AttrJobID   = "paddock.job.id"     // every span of a job; telemetry.ReadSpans finds a trace by it
+	AttrTenant  = "paddock.tenant"     // the job's tenant (bounded: one per tenant the operator made)
 	AttrQueue   = "paddock.queue"      // the asynq queue
 	AttrState   = "paddock.job.state"  // the coarse terminal state
 	AttrReason  = "paddock.job.reason" // the one terminal reason

@@ -7,10 +7,11 @@ import (
 
 // Control requests: cancel, and scheduling options carried in headers.
 const (
-	// SubjectCancelRequest is the NATS request subject of a cancel; the
-	// schedulers answer it in queue group QueueCancelers (one answers each
-	// request). The request is a CancelRequest, the reply a CancelReply.
-	SubjectCancelRequest = "paddock.api.cancel"
+	// A cancel is a NATS request on CancelRequestSubject(tenant); the
+	// schedulers answer SubjectCancelRequests in queue group QueueCancelers
+	// (one answers each request). The request is a CancelRequest, the reply
+	// a CancelReply.
+
 	// QueueCancelers is the queue group of the cancel responders.
 	QueueCancelers = "paddock-schedulers"
 

@@ -96,8 +96,9 @@ func TestDocNamesEveryReasonAndSubject(t *testing.T) {
 	for _, r := range Reasons {
 		assert.Contains(t, doc, "| `"+string(r)+"` | `"+string(r.State())+"` |", "reason row for %s", r)
 	}
-	for _, v := range []string{StreamJobs, SubjectSubmit, ConsumerSchedulers, StreamResults, SubjectResultPrefix + "<id>",
-		SubjectCancelPrefix + "<id>", HeaderMsgID, TaskType, EnvFencingToken} {
+	for _, v := range []string{StreamJobsPrefix + "<tenant>", SubjectSubmitPrefix + "<tenant>", ConsumerSchedulers, StreamResults,
+		SubjectResultPrefix + "<tenant>.<id>", SubjectCancelPrefix + "<tenant>/<id>", SubjectCancelRequestPrefix + "<tenant>",
+		InboxPrefixRoot + "<tenant>", HeaderMsgID, TaskType, EnvFencingToken} {
 		assert.Contains(t, doc, "`"+v+"`")
 	}
 	for _, name := range jsonNames(reflect.TypeFor[Spec]()) {

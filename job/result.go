@@ -114,6 +114,7 @@ type Attempt struct {
 type Result struct {
 	V        int          `json:"v"`
 	ID       string       `json:"id"`
+	Tenant   string       `json:"tenant,omitempty"` // the job's tenant (empty: DefaultTenant)
 	State    State        `json:"state"`
 	Reason   Reason       `json:"reason"`
 	Error    string       `json:"error,omitempty"`  // what happened and what to do (rejected, infra, …)

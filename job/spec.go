@@ -26,6 +26,11 @@ type Spec struct {
 	Heal    *HealPolicy       `json:"heal,omitempty"`
 	Volume  *Volume           `json:"volume,omitempty"`
 
+	// Tenant is set by the scheduler from the subject the submission came
+	// on (the authenticated tenant); a client may leave it out or give its
+	// own tenant, and a spec naming another tenant is rejected.
+	Tenant string `json:"tenant,omitempty"`
+
 	// SubmittedAt is set by the client SDK (or the scheduler when absent).
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 }

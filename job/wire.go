@@ -10,24 +10,25 @@ import (
 // NATS subjects, stream names and header keys shared by the client,
 // scheduler and worker.
 const (
-	// StreamJobs holds submissions; any number of schedulers share ConsumerSchedulers.
-	StreamJobs         = "PADDOCK_JOBS"
-	SubjectSubmit      = "paddock.jobs.submit"
+	// ConsumerSchedulers is the durable consumer every scheduler shares on
+	// each tenant's stream of submissions (JobsStream).
 	ConsumerSchedulers = "paddock-schedulers"
 
 	// StreamResults keeps the last result per job for the retention period,
 	// so Get and Wait work before and after a job ends.
 	StreamResults = "PADDOCK_RESULTS"
-	// SubjectResultPrefix + id is where a job's terminal result is published;
-	// build it with ResultSubject (which escapes ids such as "a." that would
-	// not make a valid subject) and parse it with IDFromResultSubject.
+	// SubjectResultPrefix + tenant + "." + id is where a job's terminal
+	// result is published; build it with ResultSubject (which escapes ids
+	// such as "a." that would not make a valid subject) and parse it with
+	// ParseResultSubject.
 	SubjectResultPrefix = "paddock.results."
 
-	// SubjectCancelPrefix + id asks whoever holds the job to cancel it; build
-	// it with CancelSubject.
+	// SubjectCancelPrefix + key asks whoever holds the job to cancel it; build
+	// it with CancelSubject. Only the fleet's services use it.
 	SubjectCancelPrefix = "paddock.cancel."
 
-	// HeaderMsgID is JetStream's de-duplication header; Paddock sets it to the job id.
+	// HeaderMsgID is JetStream's de-duplication header; Paddock sets it to
+	// the job id (each tenant's stream dedupes on its own).
 	HeaderMsgID = "Nats-Msg-Id"
 
 	// TaskHeaderQueuedAt carries the time the scheduler enqueued the task
@@ -41,27 +42,35 @@ const (
 	EnvFencingToken = "PADDOCK_FENCING_TOKEN"
 )
 
-// ResultSubject is the subject a job's result is published on:
-// SubjectResultPrefix + the id, escaped only where the id would not make a
-// valid subject (see subjectSuffix). Ids may contain '.', so one id may span
-// several subject tokens: subscribe to every result with SubjectResultPrefix+">".
-func ResultSubject(id string) string { return SubjectResultPrefix + subjectSuffix(id) }
+// ResultSubject is the subject the result of tenant's job id is published
+// on: SubjectResultPrefix + tenant + "." + the id, escaped only where the id
+// would not make a valid subject (see subjectSuffix). Ids may contain '.',
+// so one id may span several subject tokens: subscribe to a tenant's results
+// with ResultSubjects(tenant).
+func ResultSubject(tenant, id string) string {
+	return SubjectResultPrefix + orDefault(tenant) + "." + subjectSuffix(id)
+}
 
-// CancelSubject is the subject a job's cancel request is published on.
-func CancelSubject(id string) string { return SubjectCancelPrefix + subjectSuffix(id) }
+// CancelSubject is the subject the fleet notifies a cancel of the job with
+// this Key on.
+func CancelSubject(key string) string { return SubjectCancelPrefix + subjectSuffix(key) }
 
-// IDFromResultSubject returns the job id a result subject belongs to (the
-// inverse of ResultSubject), or false when subject is not one.
-func IDFromResultSubject(subject string) (string, bool) {
+// ParseResultSubject returns the tenant and job id a result subject belongs
+// to (the inverse of ResultSubject), or false when subject is not one.
+func ParseResultSubject(subject string) (tenant, id string, ok bool) {
 	rest, ok := strings.CutPrefix(subject, SubjectResultPrefix)
 	if !ok {
-		return "", false
+		return "", "", false
 	}
-	id, ok := idFromSuffix(rest)
+	tenant, rest, ok = strings.Cut(rest, ".")
+	if !ok || CheckTenant(tenant) != nil {
+		return "", "", false
+	}
+	id, ok = idFromSuffix(rest)
 	if !ok || subjectSuffix(id) != rest { // only the canonical form names a job
-		return "", false
+		return "", "", false
 	}
-	return id, true
+	return tenant, id, true
 }
 
 // subjectSuffix maps a job id to a valid, non-wildcard NATS subject tail,

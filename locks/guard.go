@@ -199,7 +199,7 @@ func mkdirPrivate(dir string) error {
 // Root returns the volume root with its symlinks resolved.
 func (g *Guard) Root() string { return g.root }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // ValidateName checks a volume name: 1 to 64 characters of [A-Za-z0-9._-],
 // starting with a letter or digit, without "..". A valid name is a single

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -122,10 +123,10 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 }
 
 // Record makes r the job's terminal result unless one is already stored:
-// SET <prefix>result:<id> NX PX retention. It returns the stored result
+// SET <prefix>result:<tenant>/<id> NX PX retention (r.Key()). It returns the stored result
 // (r, completed with V, State and FinishedAt and bounded to MaxResultBytes,
 // when first is true; the earlier one, unchanged, when first is false) and
-// then always publishes the stored result on job.ResultSubject(id), so that
+// then always publishes the stored result on job.ResultSubject(tenant, id), so that
 // calling Record again repairs a publish lost in a crash. On a publish
 // failure the error wraps ErrNotPublished (and ErrStreamFull when JetStream
 // had no room) and stored/first are still valid.
@@ -144,7 +145,7 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 		s.log.Warn("result larger than the bound: outputs cut from the middle before storing",
 			"job", r.ID, "bound", limit, "stored_bytes", len(data))
 	}
-	first, raw, err := s.setNX(ctx, s.key("result", r.ID), string(data))
+	first, raw, err := s.setNX(ctx, s.key("result", r.Key()), string(data))
 	if err != nil {
 		return job.Result{}, false, fmt.Errorf("results: record %s: %w", r.ID, err)
 	}
@@ -152,7 +153,7 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 		return job.Result{}, false, fmt.Errorf("results: stored result of %s is corrupt: %w", r.ID, err)
 	}
 	if err := s.publish(ctx, stored, []byte(raw)); err != nil {
-		s.markUnpublished(ctx, r.ID) // republish.go
+		s.markUnpublished(ctx, r.Key()) // republish.go
 		return stored, first, fmt.Errorf("%w: %s: %w", ErrNotPublished, r.ID, err)
 	}
 	return stored, first, nil
@@ -160,6 +161,12 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 
 // complete validates r and fills the fields a stored result always has.
 func complete(r *job.Result) error {
+	if r.Tenant == "" {
+		r.Tenant = job.DefaultTenant
+	}
+	if err := job.CheckTenant(r.Tenant); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, r.ID, err)
+	}
 	if !job.ValidID(r.ID) {
 		return fmt.Errorf("%w: id %q must match [A-Za-z0-9._-]{1,128}", ErrInvalid, r.ID)
 	}
@@ -204,7 +211,7 @@ func (s *Store) setNX(ctx context.Context, key, val string) (created bool, curre
 // copy replaces the old one (MaxMsgsPerSubject 1), so a republish is always
 // harmless.
 func (s *Store) publish(ctx context.Context, r job.Result, data []byte) error {
-	msg := nats.NewMsg(job.ResultSubject(r.ID))
+	msg := nats.NewMsg(job.ResultSubject(r.Tenant, r.ID))
 	msg.Data = data
 	if limit := s.payloadLimit(); limit > 0 && len(data) > limit {
 		// Stored larger than Record stores today (see HeaderTrimmed).
@@ -218,7 +225,7 @@ func (s *Store) publish(ctx context.Context, r job.Result, data []byte) error {
 			"job", r.ID, "bytes", len(data), "published_bytes", len(small))
 	}
 	_, err := s.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID("result-"+r.ID),
+		jetstream.WithMsgID("result-"+r.Key()),
 		jetstream.WithExpectStream(job.StreamResults))
 	if IsStreamFull(err) {
 		s.cfg.Metrics.StreamFull(ctx, job.StreamResults)
@@ -248,88 +255,111 @@ func (s *Store) resultLimit() int {
 	return limit
 }
 
-// Get returns the stored result of id, or an error wrapping ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (job.Result, error) {
+// Get returns the stored result of the job with this key (job.Key), or an
+// error wrapping ErrNotFound. Every Store method but Record names the job by
+// its key: two tenants may use the same id.
+func (s *Store) Get(ctx context.Context, key string) (job.Result, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	raw, err := s.rdb.Get(ctx, s.key("result", id)).Bytes()
+	raw, err := s.rdb.Get(ctx, s.key("result", key)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return job.Result{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return job.Result{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
-		return job.Result{}, fmt.Errorf("results: get %s: %w", id, err)
+		return job.Result{}, fmt.Errorf("results: get %s: %w", key, err)
 	}
 	var r job.Result
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return job.Result{}, fmt.Errorf("results: stored result of %s is corrupt: %w", id, err)
+		return job.Result{}, fmt.Errorf("results: stored result of %s is corrupt: %w", key, err)
 	}
 	return r, nil
 }
 
 // BeginRun counts one more start of the job and returns the run number
 // (1 for the first start). The counter expires after the retention.
-func (s *Store) BeginRun(ctx context.Context, id string) (int, error) {
+func (s *Store) BeginRun(ctx context.Context, key string) (int, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	key := s.key("runs", id)
+	rk := s.key("runs", key)
 	var incr *redis.IntCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		incr = p.Incr(ctx, key)
-		p.PExpire(ctx, key, s.cfg.Retention)
+		incr = p.Incr(ctx, rk)
+		p.PExpire(ctx, rk, s.cfg.Retention)
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("results: begin run %s: %w", id, err)
+		return 0, fmt.Errorf("results: begin run %s: %w", key, err)
 	}
 	return int(incr.Val()), nil
 }
 
 // Cancel marks the job canceled (the flag expires after the retention) and
-// sends a best-effort empty message on job.CancelSubject(id) so that a
+// sends a best-effort empty message on job.CancelSubject(key) so that a
 // worker running the job can stop it. Whoever next handles the job (the
 // scheduler before enqueueing, the worker before running) records the
 // canceled result.
-func (s *Store) Cancel(ctx context.Context, id string) error {
+func (s *Store) Cancel(ctx context.Context, key string) error {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if err := s.rdb.Set(ctx, s.key("cancel", id), "1", s.cfg.Retention).Err(); err != nil {
-		return fmt.Errorf("results: cancel %s: %w", id, err)
+	if err := s.rdb.Set(ctx, s.key("cancel", key), "1", s.cfg.Retention).Err(); err != nil {
+		return fmt.Errorf("results: cancel %s: %w", key, err)
 	}
 	nc := s.js.Conn()
-	err := nc.Publish(job.CancelSubject(id), nil)
+	err := nc.Publish(job.CancelSubject(key), nil)
 	if err == nil {
 		err = nc.FlushWithContext(ctx)
 	}
 	if err != nil {
-		s.log.Warn("cancel notification not sent; the flag is set", "job", id, "err", err)
+		s.log.Warn("cancel notification not sent; the flag is set", "job", key, "err", err)
 	}
 	return nil
 }
 
-// Canceled reports whether Cancel was called for id within the retention.
-func (s *Store) Canceled(ctx context.Context, id string) (bool, error) {
+// Canceled reports whether Cancel was called for key within the retention.
+func (s *Store) Canceled(ctx context.Context, key string) (bool, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	n, err := s.rdb.Exists(ctx, s.key("cancel", id)).Result()
+	n, err := s.rdb.Exists(ctx, s.key("cancel", key)).Result()
 	if err != nil {
-		return false, fmt.Errorf("results: canceled %s: %w", id, err)
+		return false, fmt.Errorf("results: canceled %s: %w", key, err)
 	}
 	return n == 1, nil
 }
 
-// Claim makes owner the one submission allowed to schedule id (SET NX, for
+// Claim makes owner the one submission allowed to schedule key (SET NX, for
 // the retention). ok is true when owner holds the claim, whether this call
 // or an earlier one with the same owner took it; otherwise holder names the
 // submission that did. The scheduler passes a token naming the JetStream
 // message, so a redelivery of the same message keeps its claim while a
-// second submission with the same id (in another queue, or after the
+// second submission with the same key (in another queue, or after the
 // stream's duplicate window) is refused.
-func (s *Store) Claim(ctx context.Context, id, owner string) (holder string, ok bool, err error) {
+func (s *Store) Claim(ctx context.Context, key, owner string) (holder string, ok bool, err error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	_, holder, err = s.setNX(ctx, s.key("claim", id), owner)
+	_, holder, err = s.setNX(ctx, s.key("claim", key), owner)
 	if err != nil {
-		return "", false, fmt.Errorf("results: claim %s: %w", id, err)
+		return "", false, fmt.Errorf("results: claim %s: %w", key, err)
 	}
 	return holder, holder == owner, nil
+}
+
+// Admit counts one job of tenant against a rate of perSecond jobs a second,
+// fleet-wide (every scheduler shares the counter), and reports whether the
+// job is within it. The window is the current second of the Redis clock's
+// caller (a fixed window: up to 2×perSecond may pass around a window's
+// edge).
+func (s *Store) Admit(ctx context.Context, tenant string, perSecond int) (bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	key := s.key("rate", tenant+":"+strconv.FormatInt(time.Now().Unix(), 10))
+	var incr *redis.IntCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		incr = p.Incr(ctx, key)
+		p.Expire(ctx, key, 2*time.Second)
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("results: rate of %s: %w", tenant, err)
+	}
+	return incr.Val() <= int64(perSecond), nil
 }

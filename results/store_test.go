@@ -71,7 +71,7 @@ func newSetup(t testing.TB) *setup {
 
 func okResult(id string) job.Result {
 	code := 0
-	r := job.Result{ID: id, ExitCode: &code, Stdout: job.Output{Text: "hi\n", Bytes: 3}, Worker: "w1"}
+	r := job.Result{ID: id, Tenant: job.DefaultTenant, ExitCode: &code, Stdout: job.Output{Text: "hi\n", Bytes: 3}, Worker: "w1"}
 	r.Finish(job.ReasonOK)
 	return r
 }
@@ -104,7 +104,7 @@ func TestRecordFirstWriterWins(t *testing.T) {
 			assert.Equal(t, stored[0], stored[i], "every caller gets the one stored result")
 		}
 		require.Equal(t, 1, winners, "exactly one Record call is first")
-		got, err := s.store.Get(ctx, id)
+		got, err := s.store.Get(ctx, job.Key("", id))
 		require.NoError(t, err)
 		assert.Equal(t, stored[0], got)
 		pub, err := s.client.Get(ctx, id)
@@ -155,7 +155,7 @@ func TestRecordRepairsLostPublish(t *testing.T) {
 	orig.FinishedAt = time.Now().UTC().Truncate(time.Millisecond)
 	data, err := json.Marshal(orig)
 	require.NoError(t, err)
-	require.NoError(t, s.rdb.Set(ctx, s.prefix+"result:lost-1", data, time.Hour).Err())
+	require.NoError(t, s.rdb.Set(ctx, s.prefix+"result:"+job.Key("", "lost-1"), data, time.Hour).Err())
 
 	_, err = s.client.Get(ctx, "lost-1")
 	require.ErrorIs(t, err, client.ErrNotFinished)
@@ -201,11 +201,11 @@ func TestRecordDuringNATSOutage(t *testing.T) {
 func (s *setup) rawCopies(t *testing.T, id string) ([]byte, *jetstream.RawStreamMsg) {
 	t.Helper()
 	ctx := context.Background()
-	inRedis, err := s.rdb.Get(ctx, s.prefix+"result:"+id).Bytes()
+	inRedis, err := s.rdb.Get(ctx, s.prefix+"result:"+job.Key("", id)).Bytes()
 	require.NoError(t, err)
 	st, err := s.js.Stream(ctx, job.StreamResults)
 	require.NoError(t, err)
-	msg, err := st.GetLastMsgForSubject(ctx, job.ResultSubject(id))
+	msg, err := st.GetLastMsgForSubject(ctx, job.ResultSubject("", id))
 	require.NoError(t, err)
 	return inRedis, msg
 }
@@ -271,7 +271,7 @@ func TestRecordFloodedResultIsBoundedInBothCopies(t *testing.T) {
 	assert.Empty(t, msg.Header.Get(results.HeaderTrimmed))
 	decoded := decodeStrict(t, inRedis)
 
-	got, err := s.store.Get(ctx, "flood-1")
+	got, err := s.store.Get(ctx, job.Key("", "flood-1"))
 	require.NoError(t, err)
 	assert.Equal(t, stored, got)
 	assert.Equal(t, decoded, got)
@@ -323,7 +323,7 @@ func TestRecordMaxResultBytes(t *testing.T) {
 			assert.LessOrEqual(t, len(inRedis), tc.bound)
 			assert.Greater(t, len(inRedis), tc.bound/2)
 			assert.Equal(t, inRedis, msg.Data)
-			got, err := st.Get(ctx, id)
+			got, err := st.Get(ctx, job.Key("", id))
 			require.NoError(t, err)
 			assert.True(t, strings.HasPrefix(got.Stdout.Text, "Hé"))
 			assert.True(t, strings.HasSuffix(got.Stdout.Tail, "éT"))
@@ -344,7 +344,7 @@ func TestRecordPublishesOversizeStoredResultTrimmed(t *testing.T) {
 	big.Stderr = job.Output{Text: "E" + strings.Repeat("x", 300<<10) + "Z", Bytes: 300<<10 + 2}
 	data, err := json.Marshal(big)
 	require.NoError(t, err)
-	require.NoError(t, s.rdb.Set(ctx, s.prefix+"result:old-big", data, time.Hour).Err())
+	require.NoError(t, s.rdb.Set(ctx, s.prefix+"result:"+job.Key("", "old-big"), data, time.Hour).Err())
 
 	late := job.Result{ID: "old-big"}
 	late.Finish(job.ReasonInfra)
@@ -353,7 +353,7 @@ func TestRecordPublishesOversizeStoredResultTrimmed(t *testing.T) {
 	assert.False(t, first)
 	assert.Equal(t, big, stored)
 
-	full, err := s.store.Get(ctx, "old-big")
+	full, err := s.store.Get(ctx, job.Key("", "old-big"))
 	require.NoError(t, err)
 	assert.Equal(t, big.Stdout.Text, full.Stdout.Text, "Redis keeps the stored result")
 
@@ -503,7 +503,7 @@ func TestRecordStreamFullCountsMetric(t *testing.T) {
 	assert.Contains(t, err.Error(), job.StreamResults)
 	assert.True(t, first, "the result is stored")
 	assert.Equal(t, int64(1), streamFullCount(t, reader, job.StreamResults))
-	assert.Zero(t, streamFullCount(t, reader, job.StreamJobs))
+	assert.Zero(t, streamFullCount(t, reader, job.JobsStream(job.DefaultTenant)))
 	_, err = s.client.Get(ctx, "full-1")
 	require.ErrorIs(t, err, client.ErrNotFinished)
 

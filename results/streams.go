@@ -82,18 +82,30 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	return c, nil
 }
 
-// JobsStreamConfig is the PADDOCK_JOBS stream EnsureStreams creates. It
-// discards new messages when full (DiscardNew): a work queue must refuse a
-// submission rather than silently drop one it has already acknowledged.
-func JobsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
+// JobsStreamConfig is the stream of tenant's submissions
+// (job.JobsStream(tenant)) EnsureTenantStream creates. It discards new
+// messages when full (DiscardNew): a work queue must refuse a submission
+// rather than silently drop one it has already acknowledged. maxQueued > 0
+// is the tenant's max-queued quota: at most that many submissions wait or
+// run (a message leaves the stream when its job has a result), and the
+// server refuses the next publish. Each tenant's stream dedupes ids on its
+// own, so no tenant can shadow another's id.
+func JobsStreamConfig(cfg StreamConfig, tenant string, maxQueued int64) (jetstream.StreamConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return jetstream.StreamConfig{}, err
 	}
+	if err := job.CheckTenant(tenant); err != nil {
+		return jetstream.StreamConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if maxQueued <= 0 {
+		maxQueued = -1
+	}
 	return jetstream.StreamConfig{
-		Name:        job.StreamJobs,
-		Description: "Paddock job submissions; removed once a scheduler has enqueued (or rejected) them",
-		Subjects:    []string{job.SubjectSubmit},
+		Name:        job.JobsStream(tenant),
+		Description: "Paddock job submissions of tenant " + tenant + "; removed once the job has a result",
+		Subjects:    []string{job.SubmitSubject(tenant)},
+		MaxMsgs:     maxQueued,
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
@@ -129,24 +141,29 @@ func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// EnsureStreams creates job.StreamJobs and job.StreamResults, or updates them
-// to cfg when they exist. It is idempotent and safe to run from several
-// schedulers starting at once.
+// EnsureStreams creates job.StreamResults and the stream of the default
+// tenant (job.DefaultTenant, unlimited), or updates them to cfg when they
+// exist. It is idempotent and safe to run from several schedulers starting
+// at once. Other tenants' streams are made by EnsureTenantStream.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
-	jobs, err := JobsStreamConfig(cfg)
-	if err != nil {
-		return err
-	}
 	res, err := ResultsStreamConfig(cfg)
 	if err != nil {
 		return err
 	}
-	for _, sc := range []jetstream.StreamConfig{jobs, res} {
-		if err := ensureStream(ctx, js, sc); err != nil {
-			return err
-		}
+	if err := ensureStream(ctx, js, res); err != nil {
+		return err
 	}
-	return nil
+	return EnsureTenantStream(ctx, js, cfg, job.DefaultTenant, 0)
+}
+
+// EnsureTenantStream creates or updates tenant's stream of submissions
+// (JobsStreamConfig). Idempotent.
+func EnsureTenantStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued int64) error {
+	sc, err := JobsStreamConfig(cfg, tenant, maxQueued)
+	if err != nil {
+		return err
+	}
+	return ensureStream(ctx, js, sc)
 }
 
 // ensureStream is CreateOrUpdateStream made safe against a concurrent

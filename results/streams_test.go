@@ -44,10 +44,10 @@ func TestEnsureStreamsConcurrent(t *testing.T) {
 
 	js := connect(t, n)
 	ctx := context.Background()
-	jobs, err := js.Stream(ctx, job.StreamJobs)
+	jobs, err := js.Stream(ctx, job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	jc := jobs.CachedInfo().Config
-	assert.Equal(t, []string{job.SubjectSubmit}, jc.Subjects)
+	assert.Equal(t, []string{job.SubmitSubject(job.DefaultTenant)}, jc.Subjects)
 	assert.Equal(t, jetstream.WorkQueuePolicy, jc.Retention)
 	assert.Equal(t, jetstream.FileStorage, jc.Storage)
 	assert.Equal(t, results.DefaultDedupeWindow, jc.Duplicates)
@@ -80,7 +80,7 @@ func TestEnsureStreamsUpdates(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, res.CachedInfo().Config.MaxAge)
 	assert.Equal(t, int64(32<<20), res.CachedInfo().Config.MaxBytes)
-	jobs, err := js.Stream(ctx, job.StreamJobs)
+	jobs, err := js.Stream(ctx, job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute, jobs.CachedInfo().Config.Duplicates)
 	assert.Equal(t, int64(64<<20), jobs.CachedInfo().Config.MaxBytes)
@@ -91,11 +91,11 @@ func TestEnsureStreamsIncompatibleExisting(t *testing.T) {
 	n := testsvc.StartNATS(t)
 	js := connect(t, n)
 	ctx := context.Background()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: job.StreamJobs, Subjects: []string{job.SubjectSubmit}, Retention: jetstream.InterestPolicy})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: job.JobsStream(job.DefaultTenant), Subjects: []string{job.SubmitSubject(job.DefaultTenant)}, Retention: jetstream.InterestPolicy})
 	require.NoError(t, err)
 	err = results.EnsureStreams(ctx, js, results.StreamConfig{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), job.StreamJobs)
+	assert.Contains(t, err.Error(), job.JobsStream(job.DefaultTenant))
 }
 
 func TestEnsureStreamsInvalidConfig(t *testing.T) {
@@ -120,10 +120,10 @@ func TestFullJobsStreamRefuses(t *testing.T) {
 	accepted := 0
 	var err error
 	for i := range 10 {
-		msg := nats.NewMsg(job.SubjectSubmit)
+		msg := nats.NewMsg(job.SubmitSubject(job.DefaultTenant))
 		msg.Data = payload
 		msg.Header.Set(job.HeaderMsgID, fmt.Sprintf("full-%d", i))
-		if _, err = js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.StreamJobs)); err != nil {
+		if _, err = js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.JobsStream(job.DefaultTenant))); err != nil {
 			break
 		}
 		accepted++
@@ -131,7 +131,7 @@ func TestFullJobsStreamRefuses(t *testing.T) {
 	require.Error(t, err, "a 4 KiB stream cannot take 10 KB")
 	assert.True(t, results.IsStreamFull(err), "%v", err)
 	assert.Positive(t, accepted)
-	st, err := js.Stream(ctx, job.StreamJobs)
+	st, err := js.Stream(ctx, job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.EqualValues(t, accepted, st.CachedInfo().State.Msgs, "nothing accepted was dropped")
 }

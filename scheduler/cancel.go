@@ -44,7 +44,7 @@ type CancelerConfig struct {
 	Now func() time.Time
 }
 
-// Canceler answers cancel requests (job.SubjectCancelRequest, queue group
+// Canceler answers cancel requests (job.SubjectCancelRequests, queue group
 // job.QueueCancelers): it sets the job's cancel flag, removes a job still
 // waiting in the queue and records its `canceled` result, or asks the worker
 // running it to stop (asynq CancelProcessing; the worker also polls the
@@ -98,21 +98,21 @@ func (c *Canceler) Start(ctx context.Context) error {
 	// One request at a time per scheduler (the subscription's callbacks are
 	// serial): each takes a few Redis round trips, and the queue group
 	// spreads requests over the schedulers.
-	sub, err := c.nc.QueueSubscribe(job.SubjectCancelRequest, job.QueueCancelers, func(m *nats.Msg) {
+	sub, err := c.nc.QueueSubscribe(job.SubjectCancelRequests, job.QueueCancelers, func(m *nats.Msg) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 		defer cancel()
-		reply := c.handle(rctx, m.Data)
+		reply := c.handle(rctx, m.Subject, m.Data)
 		data, _ := json.Marshal(reply)
 		if err := m.Respond(data); err != nil {
 			c.log.WarnContext(ctx, "cancel reply not sent", "job", reply.ID, "err", err)
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("scheduler: subscribe %s: %w", job.SubjectCancelRequest, err)
+		return fmt.Errorf("scheduler: subscribe %s: %w", job.SubjectCancelRequests, err)
 	}
 	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("scheduler: subscribe %s: %w", job.SubjectCancelRequest, err)
+		return fmt.Errorf("scheduler: subscribe %s: %w", job.SubjectCancelRequests, err)
 	}
 	c.sub = sub
 	return nil
@@ -138,12 +138,18 @@ func (c *Canceler) Stop() {
 	}
 }
 
-func (c *Canceler) handle(ctx context.Context, data []byte) job.CancelReply {
+// handle answers one request. The tenant is the subject's, which only that
+// tenant may publish to: a tenant can cancel only its own jobs.
+func (c *Canceler) handle(ctx context.Context, subject string, data []byte) job.CancelReply {
+	tenant, ok := job.TenantFromCancelSubject(subject)
+	if !ok {
+		return job.CancelReply{Error: "cancel request on " + subject + ", which names no tenant"}
+	}
 	var req job.CancelRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return job.CancelReply{Error: "malformed cancel request: " + err.Error()}
 	}
-	reply, err := c.Cancel(ctx, req.ID)
+	reply, err := c.Cancel(ctx, tenant, req.ID)
 	if err != nil {
 		reply = job.CancelReply{ID: req.ID, Error: err.Error()}
 		c.log.WarnContext(ctx, "cancel failed", "job", req.ID, "err", err)
@@ -153,31 +159,32 @@ func (c *Canceler) handle(ctx context.Context, data []byte) job.CancelReply {
 	return reply
 }
 
-// Cancel cancels job id as described on Canceler and says what it did. An
+// Cancel cancels tenant's job id as described on Canceler and says what it did. An
 // error means nothing may have changed except the flag: retrying is safe.
-func (c *Canceler) Cancel(ctx context.Context, id string) (job.CancelReply, error) {
+func (c *Canceler) Cancel(ctx context.Context, tenant, id string) (job.CancelReply, error) {
 	if !job.ValidID(id) {
 		return job.CancelReply{}, fmt.Errorf("%w: id %q must match [A-Za-z0-9._-]{1,128}", job.ErrInvalid, id)
 	}
-	if r, err := c.store.Get(ctx, id); err == nil {
+	key := job.Key(tenant, id)
+	if r, err := c.store.Get(ctx, key); err == nil {
 		return finished(r), nil
 	} else if !errors.Is(err, results.ErrNotFound) {
 		return job.CancelReply{}, err
 	}
-	if err := c.store.Cancel(ctx, id); err != nil {
+	if err := c.store.Cancel(ctx, key); err != nil {
 		return job.CancelReply{}, err
 	}
 	// A task may change state under us (a worker dequeues it between the
 	// look-up and the delete): look again, a few times.
 	for range 3 {
-		q, info, err := c.find(id)
+		q, info, err := c.find(key)
 		if err != nil {
 			return job.CancelReply{}, err
 		}
 		if info == nil {
 			// Not in any queue: still in JetStream (the scheduler sees the
 			// flag before enqueueing), just finished, or unknown.
-			if r, err := c.store.Get(ctx, id); err == nil {
+			if r, err := c.store.Get(ctx, key); err == nil {
 				return finished(r), nil
 			}
 			return job.CancelReply{ID: id, Outcome: job.CancelFlagged,
@@ -185,26 +192,26 @@ func (c *Canceler) Cancel(ctx context.Context, id string) (job.CancelReply, erro
 		}
 		switch info.State {
 		case asynq.TaskStateActive:
-			if err := c.insp.CancelProcessing(id); err != nil {
+			if err := c.insp.CancelProcessing(key); err != nil {
 				// The worker's own poll of the flag still stops it.
 				c.log.WarnContext(ctx, "cancel: notifying the workers failed; the worker's flag poll will stop the job", "job", id, "err", err)
 			}
 			return job.CancelReply{ID: id, Outcome: job.CancelKilling,
 				Message: "running: its worker kills the container and records the result canceled"}, nil
 		case asynq.TaskStateCompleted:
-			if r, err := c.store.Get(ctx, id); err == nil {
+			if r, err := c.store.Get(ctx, key); err == nil {
 				return finished(r), nil
 			}
 			// Completed without a result cannot happen; record one.
-			return c.recordCanceled(ctx, id, info, "canceled after its task completed without a result")
+			return c.recordCanceled(ctx, tenant, id, info, "canceled after its task completed without a result")
 		case asynq.TaskStateArchived:
 			// Dead (retries used up) without a result: this is its end.
-			return c.recordCanceled(ctx, id, info, "canceled; the job had failed all its queue retries")
+			return c.recordCanceled(ctx, tenant, id, info, "canceled; the job had failed all its queue retries")
 		default: // pending, scheduled, retry, aggregating
-			err := c.insp.DeleteTask(q, id)
+			err := c.insp.DeleteTask(q, key)
 			switch {
 			case err == nil:
-				return c.recordCanceled(ctx, id, info, "canceled while "+stateName(info.State)+" in the queue; it never ran")
+				return c.recordCanceled(ctx, tenant, id, info, "canceled while "+stateName(info.State)+" in the queue; it never ran")
 			case errors.Is(err, asynq.ErrTaskNotFound), strings.Contains(err.Error(), "active state"):
 				continue // it moved on: look again
 			default:
@@ -233,8 +240,8 @@ func (c *Canceler) find(id string) (string, *asynq.TaskInfo, error) {
 }
 
 // recordCanceled records the canceled result of a job that is not running.
-func (c *Canceler) recordCanceled(ctx context.Context, id string, info *asynq.TaskInfo, msg string) (job.CancelReply, error) {
-	r := job.Result{ID: id, Error: msg, FinishedAt: c.cfg.Now().UTC()}
+func (c *Canceler) recordCanceled(ctx context.Context, tenant, id string, info *asynq.TaskInfo, msg string) (job.CancelReply, error) {
+	r := job.Result{ID: id, Tenant: tenant, Error: msg, FinishedAt: c.cfg.Now().UTC()}
 	if spec, err := job.Decode(info.Payload); err == nil {
 		r.SubmittedAt, r.Image, r.Queue, r.Labels = spec.SubmittedAt, spec.Image, spec.Queue, spec.Labels
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
 )
 
 // ErrConfig is wrapped by every invalid-configuration error of New.
@@ -68,6 +69,24 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics, optional: submissions by outcome.
 	Metrics *telemetry.Metrics
+	// Streams sizes the tenants' streams the scheduler creates.
+	Streams results.StreamConfig
+	// Tenants are the tenants whose streams this scheduler consumes, and
+	// their quotas. Default StaticTenants{{Tenant: job.DefaultTenant}}.
+	Tenants TenantSource
+	// MaxRunning is a tenant's default max-running (Quota.MaxRunning 0):
+	// its consumer's MaxAckPending. Default 64.
+	MaxRunning int
+	// Slots bounds the jobs this scheduler holds (in the queue or running)
+	// across all tenants; a tenant's next job waits for a free slot, and
+	// waiting tenants take freed slots in turn (fair share). 0: no bound.
+	// Set it to the fleet's job slots (workers × concurrency): then a new
+	// tenant's job waits for one freed slot, never behind another tenant's
+	// admitted jobs (docs/scheduling.md has the measurement).
+	Slots int
+	// HoldCheck is how often held jobs are checked for a result that the
+	// result subscription missed. Default 2s.
+	HoldCheck time.Duration
 	// Now, default time.Now.
 	Now func() time.Time
 }
@@ -124,6 +143,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	}
+	if c.Tenants == nil {
+		c.Tenants = StaticTenants{{Tenant: job.DefaultTenant}}
+	}
+	if c.MaxRunning == 0 {
+		c.MaxRunning = 64
+	}
+	if c.HoldCheck == 0 {
+		c.HoldCheck = 2 * time.Second
+	}
+	if c.MaxRunning < 0 || c.Slots < 0 || c.HoldCheck < 0 {
+		bad("MaxRunning %d, Slots %d and HoldCheck %s must not be negative", c.MaxRunning, c.Slots, c.HoldCheck)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -47,7 +47,7 @@ func TestDelayedJob(t *testing.T) {
 		assert.Equal(t, asynq.TaskStateScheduled, s.task(job.DefaultQueue, b.ID).State)
 	}
 
-	msg := nats.NewMsg(job.SubjectSubmit)
+	msg := nats.NewMsg(job.SubmitSubject(job.DefaultTenant))
 	msg.Data = []byte(`{"id": "bad-delay", "command": "echo"}`)
 	msg.Header.Set(job.HeaderNotBefore, "tomorrow")
 	_, err = s.js.PublishMsg(context.Background(), msg)

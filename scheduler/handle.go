@@ -41,15 +41,20 @@ const (
 type decision struct {
 	outcome Outcome
 	id      string
+	tenant  string
 	queue   string
+	delayed bool  // the job starts later (delay.go): its message is not held
 	err     error // cause of a retry or infra outcome
 }
 
-// handle processes one message and settles it (ack, nak or term). It never
+// handle processes one message and settles it (ack, nak or term), or
+// holds it when its job went into the queue (hold.go). The message came
+// with a slot of h, which settling frees and holding keeps. It never
 // panics: a panic while processing becomes a retry.
-func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
+func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg, h *holds) {
 	meta, err := msg.Metadata()
 	if err != nil {
+		h.release()
 		s.log.ErrorContext(hard, "message without JetStream metadata; ignored", "subject", msg.Subject(), "err", err)
 		return
 	}
@@ -72,6 +77,7 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 
 	span.SetAttributes(
 		attribute.String(job.AttrJobID, d.id),
+		attribute.String(job.AttrTenant, d.tenant),
 		attribute.String(job.AttrQueue, d.queue),
 		attribute.String(job.AttrOutcome, string(d.outcome)))
 	if d.outcome != OutcomeRetry {
@@ -79,13 +85,18 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg) {
 		if d.outcome == OutcomeEnqueued {
 			out = telemetry.SubmissionAccepted
 		}
-		s.cfg.Metrics.Submission(ctx, out)
+		s.cfg.Metrics.Submission(ctx, d.tenant, out)
 	}
 	if d.err != nil {
 		span.RecordError(d.err)
 		span.SetStatus(codes.Error, d.err.Error())
 	}
+	if d.outcome == OutcomeEnqueued && !d.delayed {
+		h.add(job.Key(d.tenant, d.id), msg) // acknowledged with the result
+		return
+	}
 	s.settle(ctx, hard, msg, meta, d)
+	h.release()
 }
 
 // settle acknowledges the message as d says.
@@ -133,43 +144,41 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	// owner names this JetStream message across redeliveries (and across a
 	// re-created stream, whose sequences restart).
 	owner := fmt.Sprintf("%s/%d@%d", meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano())
+	tenant, ok := job.TenantFromSubmitSubject(msg.Subject())
+	if !ok {
+		// The tenants' streams take only their own subjects; this is a
+		// stream an operator changed by hand.
+		return decision{outcome: OutcomeInfra, err: fmt.Errorf("scheduler: submission on %q, which names no tenant", msg.Subject())}
+	}
 
-	spec, err := job.Decode(msg.Data())
-	var eff job.Effective
-	if err == nil {
-		eff, err = job.Validate(&spec, s.cfg.Caps)
-	}
-	var after time.Time // delayed job (delay.go)
-	if err == nil {
-		after, err = notBefore(msg.Headers())
-	}
+	spec, eff, after, err := s.validate(msg, meta, tenant)
 	if err != nil {
+		spec.Tenant = tenant
 		return s.reject(ctx, msg, meta, owner, spec, err)
 	}
-	job.Normalize(&spec, s.cfg.Caps)
-	if spec.ID == "" {
-		spec.ID = fallbackID("j", msg.Headers(), meta)
-	}
-	if spec.SubmittedAt.IsZero() {
-		spec.SubmittedAt = meta.Timestamp.UTC()
-	}
-	d := decision{id: spec.ID, queue: spec.Queue}
+	d := decision{id: spec.ID, tenant: tenant, queue: spec.Queue, delayed: after.After(s.cfg.Now())}
 
-	if _, err := s.store.Get(ctx, spec.ID); err == nil {
+	key := spec.Key()
+	if _, err := s.store.Get(ctx, key); err == nil {
 		return d.with(OutcomeDuplicate)
 	} else if !errors.Is(err, results.ErrNotFound) {
 		return d.retry(err)
 	}
-	holder, ok, err := s.store.Claim(ctx, spec.ID, owner)
+	holder, ok, err := s.store.Claim(ctx, key, owner)
 	if err != nil {
 		return d.retry(err)
 	}
 	if !ok {
 		s.log.InfoContext(ctx, "duplicate job id: another submission holds it; this one is dropped",
-			"job", spec.ID, "holder", holder, "seq", meta.Sequence.Stream)
+			"job", spec.ID, "tenant", tenant, "holder", holder, "seq", meta.Sequence.Stream)
 		return d.with(OutcomeDuplicate)
 	}
-	canceled, err := s.store.Canceled(ctx, spec.ID)
+	if over, err := s.overRate(ctx, tenant); err != nil {
+		return d.retry(err)
+	} else if over != nil {
+		return s.reject(ctx, msg, meta, owner, spec, over)
+	}
+	canceled, err := s.store.Canceled(ctx, key)
 	if err != nil {
 		return d.retry(err)
 	}
@@ -188,7 +197,9 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	case err == nil:
 		return d.with(OutcomeEnqueued)
 	case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
-		return d.with(OutcomeDuplicate)
+		// Enqueued by an earlier delivery (a scheduler that died holding
+		// it): the job is in the queue, so hold it as if enqueued now.
+		return d.with(OutcomeEnqueued)
 	case s.cfg.MaxDeliver > 0 && meta.NumDelivered >= uint64(s.cfg.MaxDeliver):
 		r := s.result(spec)
 		r.Error = fmt.Sprintf("the scheduler could not enqueue the job after %d deliveries (last error: %v); check Redis and the scheduler logs, then submit the job again with a new id",
@@ -203,6 +214,32 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	default:
 		return d.retry(err)
 	}
+}
+
+// validate decodes the submission of tenant, checks it against the caps and
+// fills the defaults (an id, the submit time); after is when a delayed job
+// may start (delay.go).
+func (s *Scheduler) validate(msg jetstream.Msg, meta *jetstream.MsgMetadata, tenant string) (spec job.Spec, eff job.Effective, after time.Time, err error) {
+	if spec, err = job.Decode(msg.Data()); err != nil {
+		return spec, eff, after, err
+	}
+	if err = checkTenant(&spec, tenant); err != nil {
+		return spec, eff, after, err
+	}
+	if eff, err = job.Validate(&spec, s.cfg.Caps); err != nil {
+		return spec, eff, after, err
+	}
+	if after, err = notBefore(msg.Headers()); err != nil {
+		return spec, eff, after, err
+	}
+	job.Normalize(&spec, s.cfg.Caps)
+	if spec.ID == "" {
+		spec.ID = fallbackID("j", msg.Headers(), meta)
+	}
+	if spec.SubmittedAt.IsZero() {
+		spec.SubmittedAt = meta.Timestamp.UTC()
+	}
+	return spec, eff, after, nil
 }
 
 func (d decision) with(o Outcome) decision { d.outcome = o; return d }
@@ -224,7 +261,7 @@ func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effectiv
 	headers[job.TaskHeaderQueuedAt] = queuedAt.UTC().Format(time.RFC3339Nano)
 	task := asynq.NewTaskWithHeaders(job.TaskType, payload, headers)
 	_, err = s.enq.EnqueueContext(ctx, task, append([]asynq.Option{
-		asynq.TaskID(spec.ID),
+		asynq.TaskID(spec.Key()),
 		asynq.Queue(spec.Queue),
 		asynq.MaxRetry(s.cfg.MaxRetry),
 		asynq.Timeout(eff.JobTimeout + TaskTimeoutMargin),
@@ -235,10 +272,10 @@ func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effectiv
 // reject records the `rejected` result of an invalid submission.
 func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, owner string, spec job.Spec, verr error) decision {
 	id := rejectID(spec, msg.Data(), msg.Headers(), meta)
-	d := decision{id: id}
+	d := decision{id: id, tenant: spec.Tenant}
 	// The claim keeps an invalid resubmission of a live job's id from
 	// recording `rejected` as that job's result.
-	holder, ok, err := s.store.Claim(ctx, id, owner)
+	holder, ok, err := s.store.Claim(ctx, job.Key(spec.Tenant, id), owner)
 	if err != nil {
 		return d.retry(err)
 	}
@@ -250,6 +287,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 	fields := job.FieldErrors(verr)
 	r := job.Result{
 		ID:          id,
+		Tenant:      spec.Tenant,
 		Errors:      fields,
 		Error:       summary(fields),
 		SubmittedAt: spec.SubmittedAt,
@@ -271,6 +309,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 func (s *Scheduler) result(spec job.Spec) job.Result {
 	return job.Result{
 		ID:          spec.ID,
+		Tenant:      spec.Tenant,
 		SubmittedAt: spec.SubmittedAt,
 		FinishedAt:  s.cfg.Now().UTC(),
 		Image:       spec.Image,

@@ -212,7 +212,7 @@ func TestDuplicateSubmissionsEnqueueOnce(t *testing.T) {
 	// scheduler must enqueue one.
 	for range 100 {
 		wg.Go(func() {
-			_, err := s.js.Publish(ctx, job.SubjectSubmit, []byte(`{"id":"dup-raw","command":"echo once"}`))
+			_, err := s.js.Publish(ctx, job.SubmitSubject(job.DefaultTenant), []byte(`{"id":"dup-raw","command":"echo once"}`))
 			assert.NoError(t, err)
 		})
 	}
@@ -231,7 +231,7 @@ func TestDuplicateSubmissionsEnqueueOnce(t *testing.T) {
 	s.publishRaw([]byte(`{"id":"dup-raw","command":""}`), "")
 	s.drained()
 	s.noTask("other", "dup-raw")
-	_, err := s.store.Get(ctx, "dup-raw")
+	_, err := s.store.Get(ctx, taskKey("dup-raw"))
 	require.ErrorIs(t, err, results.ErrNotFound, "no rejected result for a live job")
 	assert.Equal(t, []string{"dup-raw", "dup-sdk"}, sorted(s.pending("default")))
 }
@@ -254,7 +254,7 @@ func TestCanceledBeforeScheduling(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	s.scheduler(s.enq, testConfig())
-	require.NoError(t, s.store.Cancel(context.Background(), "cx-1"))
+	require.NoError(t, s.store.Cancel(context.Background(), taskKey("cx-1")))
 	s.submit(job.Spec{ID: "cx-1", Command: "sleep 100", Queue: "other", Labels: map[string]string{"k": "v"}})
 	r := s.result("cx-1")
 	assert.Equal(t, job.StateCanceled, r.State)

@@ -115,6 +115,11 @@ func parseScheduleLine(b []byte) (Periodic, error) {
 	if spec.ID != "" {
 		return Periodic{}, errors.New("spec: must not have an id (each tick's id is <name>-<tick Unix seconds>)")
 	}
+	if spec.Tenant != "" {
+		if err := job.CheckTenant(spec.Tenant); err != nil {
+			return Periodic{}, fmt.Errorf("spec: %w", err)
+		}
+	}
 	return Periodic{Name: l.Name, Cron: l.Cron, Spec: spec, when: when}, nil
 }
 
@@ -259,13 +264,19 @@ func (t *Ticker) submit(ctx context.Context, e Periodic, tick, until time.Time) 
 		t.log.ErrorContext(ctx, "periodic job not submitted", "name", e.Name, "err", err)
 		return
 	}
+	// The operator's file names the tenant of an entry (its spec's tenant);
+	// without one it is the default tenant's.
+	tenant := spec.Tenant
+	if tenant == "" {
+		tenant = job.DefaultTenant
+	}
 	wait := 200 * time.Millisecond
 	for {
-		msg := nats.NewMsg(job.SubjectSubmit)
+		msg := nats.NewMsg(job.SubmitSubject(tenant))
 		msg.Data = data
 		msg.Header.Set(job.HeaderMsgID, spec.ID)
 		pctx, cancel := context.WithTimeout(ctx, t.cfg.PublishTimeout)
-		ack, err := t.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(job.StreamJobs))
+		ack, err := t.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(job.JobsStream(tenant)))
 		cancel()
 		if err == nil {
 			t.log.InfoContext(ctx, "periodic job submitted", "name", e.Name, "job", spec.ID, "duplicate", ack.Duplicate)

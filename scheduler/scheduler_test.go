@@ -73,7 +73,10 @@ func TestStartStopRepeatedly(t *testing.T) {
 		sch.Stop()
 		sch.Stop()
 	}
-	s.drained()
+	// Enqueued jobs' messages stay in the stream, unacknowledged, until
+	// the jobs have results (no worker runs here): a stopped scheduler
+	// leaves them for the next one, which finds them enqueued already.
+	assert.EqualValues(t, 5, s.jobsInStream())
 	assert.Equal(t, 5, s.enq.total())
 
 	// Canceling Start's ctx stops it; Start works again afterwards.
@@ -152,7 +155,7 @@ func TestRedisOutage(t *testing.T) {
 	s.drained()
 	for _, id := range ids {
 		assert.Equal(t, 1, s.enq.successes(id))
-		_, err := s.store.Get(context.Background(), id)
+		_, err := s.store.Get(context.Background(), taskKey(id))
 		assert.ErrorIs(t, err, results.ErrNotFound, "no infra result for %s", id)
 	}
 }

@@ -56,6 +56,9 @@ type setup struct {
 	enq    *countingEnqueuer
 	rec    *countingRecorder
 	client *client.Client
+
+	mu     sync.Mutex
+	scheds []*scheduler.Scheduler // started by s.scheduler
 }
 
 func newSetup(t testing.TB) *setup {
@@ -96,6 +99,10 @@ func testConfig() scheduler.Config {
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          quiet(),
 		Propagator:      propagation.TraceContext{},
+		// No worker runs in these tests, so no job ever gets a result and
+		// frees its place: the tests that are not about max-running let
+		// every job into the queue.
+		MaxRunning: 100000,
 	}
 }
 
@@ -106,6 +113,9 @@ func (s *setup) scheduler(enq scheduler.Enqueuer, cfg scheduler.Config) *schedul
 	require.NoError(s.t, err)
 	require.NoError(s.t, sch.Start(context.Background()))
 	s.t.Cleanup(sch.Stop)
+	s.mu.Lock()
+	s.scheds = append(s.scheds, sch)
+	s.mu.Unlock()
 	return sch
 }
 
@@ -117,10 +127,17 @@ func (s *setup) submit(spec job.Spec) string {
 	return sub.ID
 }
 
-// publishRaw publishes body as is; msgID, when set, becomes Nats-Msg-Id.
+// publishRaw publishes body as is for the default tenant; msgID, when set,
+// becomes Nats-Msg-Id.
 func (s *setup) publishRaw(body []byte, msgID string) *jetstream.PubAck {
 	s.t.Helper()
-	msg := nats.NewMsg(job.SubjectSubmit)
+	return s.publishAs(job.DefaultTenant, body, msgID)
+}
+
+// publishAs publishes body as is on tenant's submit subject.
+func (s *setup) publishAs(tenant string, body []byte, msgID string) *jetstream.PubAck {
+	s.t.Helper()
+	msg := nats.NewMsg(job.SubmitSubject(tenant))
 	msg.Data = body
 	if msgID != "" {
 		msg.Header.Set(job.HeaderMsgID, msgID)
@@ -130,9 +147,19 @@ func (s *setup) publishRaw(body []byte, msgID string) *jetstream.PubAck {
 	return ack
 }
 
+// taskKey is the asynq task id of a default-tenant job id (a key, with
+// its '/', is kept).
+func taskKey(id string) string {
+	if strings.Contains(id, "/") {
+		return id
+	}
+	return job.Key(job.DefaultTenant, id)
+}
+
 // task polls until the task id exists in queue.
 func (s *setup) task(queue, id string) *asynq.TaskInfo {
 	s.t.Helper()
+	id = taskKey(id)
 	var info *asynq.TaskInfo
 	require.Eventually(s.t, func() bool {
 		var err error
@@ -145,6 +172,7 @@ func (s *setup) task(queue, id string) *asynq.TaskInfo {
 // noTask asserts that no task id exists in queue.
 func (s *setup) noTask(queue, id string) {
 	s.t.Helper()
+	id = taskKey(id)
 	_, err := s.insp.GetTaskInfo(queue, id)
 	require.Error(s.t, err, "task %s must not exist in %s", id, queue)
 	require.True(s.t, errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound), "%v", err)
@@ -161,7 +189,11 @@ func (s *setup) pending(queue string) []string {
 		}
 		require.NoError(s.t, err)
 		for _, ti := range tasks {
-			ids = append(ids, ti.ID)
+			id := ti.ID
+			if t, plain, ok := job.SplitKey(id); ok && t == job.DefaultTenant {
+				id = plain // the default tenant's ids, as the tests name them
+			}
+			ids = append(ids, id)
 		}
 		if len(tasks) < 500 {
 			return ids
@@ -172,15 +204,28 @@ func (s *setup) pending(queue string) []string {
 // jobsInStream is the number of submissions not acked yet.
 func (s *setup) jobsInStream() uint64 {
 	s.t.Helper()
-	st, err := s.js.Stream(context.Background(), job.StreamJobs)
+	st, err := s.js.Stream(context.Background(), job.JobsStream(job.DefaultTenant))
 	require.NoError(s.t, err)
 	return st.CachedInfo().State.Msgs
 }
 
-// drained polls until every submission is acked.
+// held is the number of messages the schedulers hold (jobs enqueued and
+// not finished: acked with their result).
+func (s *setup) held() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sch := range s.scheds {
+		n += sch.Held()
+	}
+	return uint64(n)
+}
+
+// drained polls until every submission is acked, or held for its job's
+// result (enqueued).
 func (s *setup) drained() {
 	s.t.Helper()
-	require.Eventually(s.t, func() bool { return s.jobsInStream() == 0 }, wait, 10*time.Millisecond, "every submission acked")
+	require.Eventually(s.t, func() bool { return s.jobsInStream() == s.held() }, wait, 10*time.Millisecond, "every submission acked or held")
 }
 
 // result waits for the job's terminal result through the SDK.
@@ -217,7 +262,8 @@ func (c *countingEnqueuer) EnqueueContext(ctx context.Context, task *asynq.Task,
 	}
 	var err error
 	if c.fail != nil {
-		err = c.fail(id)
+		_, plain, _ := job.SplitKey(id)
+		err = c.fail(plain)
 	}
 	var info *asynq.TaskInfo
 	if err == nil {
@@ -238,7 +284,7 @@ func (c *countingEnqueuer) EnqueueContext(ctx context.Context, task *asynq.Task,
 func (c *countingEnqueuer) successes(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ok[id]
+	return c.ok[taskKey(id)]
 }
 
 func (c *countingEnqueuer) total() int {
@@ -254,7 +300,7 @@ func (c *countingEnqueuer) total() int {
 func (c *countingEnqueuer) failuresOf(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.failed[id]
+	return c.failed[taskKey(id)]
 }
 
 // countingRecorder wraps the real store and counts the failed Get calls
@@ -278,7 +324,7 @@ func (c *countingRecorder) Get(ctx context.Context, id string) (job.Result, erro
 func (c *countingRecorder) failures(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.failedGets[id]
+	return c.failedGets[taskKey(id)]
 }
 
 func (c *countingRecorder) allFailures() int {

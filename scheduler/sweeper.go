@@ -125,7 +125,8 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 func (s *Sweeper) settle(ctx context.Context, q string, ti *asynq.TaskInfo) (bool, error) {
 	recorded := false
 	if _, err := s.store.Get(ctx, ti.ID); errors.Is(err, results.ErrNotFound) {
-		r := job.Result{ID: ti.ID, FinishedAt: s.cfg.Now().UTC(),
+		tenant, id, _ := job.SplitKey(ti.ID) // the task id is the job key
+		r := job.Result{ID: id, Tenant: tenant, FinishedAt: s.cfg.Now().UTC(),
 			Error: fmt.Sprintf("the queue gave up on the job after %d tries (last error: %s); this is a failure of the fleet (workers crashed or lost Redis while running it), not of the job: check the workers' logs, then submit it again with a new id",
 				ti.Retried+1, ti.LastErr)}
 		if spec, err := job.Decode(ti.Payload); err == nil {

@@ -23,9 +23,9 @@ func TestSweeperRecordsAbandonedJobs(t *testing.T) {
 	archive := func(id string) {
 		payload, err := json.Marshal(job.Spec{ID: id, Command: "echo", Queue: "default", Labels: map[string]string{"k": "v"}})
 		require.NoError(t, err)
-		_, err = s.asynq.Enqueue(asynq.NewTask(job.TaskType, payload), asynq.TaskID(id), asynq.Queue("default"))
+		_, err = s.asynq.Enqueue(asynq.NewTask(job.TaskType, payload), asynq.TaskID(taskKey(id)), asynq.Queue("default"))
 		require.NoError(t, err)
-		require.NoError(t, s.insp.ArchiveTask("default", id))
+		require.NoError(t, s.insp.ArchiveTask("default", taskKey(id)))
 	}
 	archive("abandoned")
 	archive("ended")

@@ -12,6 +12,8 @@
 # Environment:
 #   BENCH_OUT   output directory (default bench/out)
 #   BENCH_E2E   0 skips the e2e_idle scenario (idle fleet, submit → result)
+#   BENCH_FAIR  0 skips the fair_share scenario (tenant b's latency behind
+#               tenant a's 10,000 queued jobs, with and without --slots)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="/usr/local/go/bin:${PATH}"
@@ -50,4 +52,13 @@ if [[ "${BENCH_E2E:-1}" != 0 ]]; then
 	PADDOCK_E2E_IDLE=1 PADDOCK_E2E_OUT="$(realpath -m "${out}")/e2e_idle.json" \
 		go test -count=1 -v -run 'TestE2EIdle' ./internal/faulttest/ 2>&1 | grep -E 'interval|p50|cmds|PASS|FAIL|ok' || true
 	[[ -f "${out}/e2e_idle.json" ]] && log "wrote ${out}/e2e_idle.json"
+fi
+
+# fair_share: tenant b's `echo hi` while tenant a holds 10,000 queued jobs,
+# with the scheduler's slots (fair share) and without (one FIFO queue).
+if [[ "${BENCH_FAIR:-1}" != 0 ]]; then
+	log "fair_share: b's latency behind a's 10,000 queued jobs (about 2 minutes)"
+	PADDOCK_FAIR_SHARE=1 PADDOCK_FAIR_OUT="$(realpath -m "${out}")/fair_share.json" \
+		go test -count=1 -v -timeout 20m -run 'TestFairShareBench' ./internal/faulttest/ 2>&1 | grep -E 'slots [0-9]|PASS|FAIL|ok' || true
+	[[ -f "${out}/fair_share.json" ]] && log "wrote ${out}/fair_share.json"
 fi

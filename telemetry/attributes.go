@@ -8,6 +8,9 @@ const (
 	// AttrJobID is set on every span that belongs to a job; [ReadSpans] finds
 	// a job's trace through it.
 	AttrJobID attribute.Key = "paddock.job.id"
+	// AttrTenant is the job's tenant (a bounded label: the operator makes
+	// tenants).
+	AttrTenant attribute.Key = "paddock.tenant"
 	// AttrQueue is the asynq queue a job ran on (metric attribute; spans use
 	// messaging.destination.name).
 	AttrQueue attribute.Key = "paddock.queue"

@@ -14,6 +14,7 @@ import (
 func TestAttributeKeysMatchJob(t *testing.T) {
 	for key, name := range map[attribute.Key]string{
 		telemetry.AttrJobID:             job.AttrJobID,
+		telemetry.AttrTenant:            job.AttrTenant,
 		telemetry.AttrQueue:             job.AttrQueue,
 		telemetry.AttrState:             job.AttrState,
 		telemetry.AttrReason:            job.AttrReason,

@@ -98,12 +98,13 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	return m, nil
 }
 
-// JobFinished counts a job that reached its terminal state.
-func (m *Metrics) JobFinished(ctx context.Context, queue, state, reason string) {
+// JobFinished counts a job that reached its terminal state. tenant is a
+// label of bounded cardinality: tenants are made by the operator.
+func (m *Metrics) JobFinished(ctx context.Context, tenant, queue, state, reason string) {
 	if m == nil {
 		return
 	}
-	m.jobsFinished.Add(ctx, 1, metric.WithAttributes(
+	m.jobsFinished.Add(ctx, 1, metric.WithAttributes(AttrTenant.String(tenant),
 		AttrQueue.String(queue), AttrState.String(state), AttrReason.String(reason)))
 }
 
@@ -205,11 +206,11 @@ func (m *Metrics) ContainersReaped(ctx context.Context, n int) {
 
 // Submission counts a submission by outcome: SubmissionAccepted,
 // SubmissionRejected or SubmissionDuplicate.
-func (m *Metrics) Submission(ctx context.Context, outcome string) {
+func (m *Metrics) Submission(ctx context.Context, tenant, outcome string) {
 	if m == nil {
 		return
 	}
-	m.submissions.Add(ctx, 1, metric.WithAttributes(AttrSubmissionOutcome.String(outcome)))
+	m.submissions.Add(ctx, 1, metric.WithAttributes(AttrTenant.String(tenant), AttrSubmissionOutcome.String(outcome)))
 }
 
 // StreamFull counts a publish JetStream refused because stream (or the

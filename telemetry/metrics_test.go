@@ -83,10 +83,10 @@ func TestMetricsScrape(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	m.Submission(ctx, SubmissionAccepted)
-	m.Submission(ctx, SubmissionAccepted)
-	m.Submission(ctx, SubmissionDuplicate)
-	m.JobFinished(ctx, "default", "failed", "timeout")
+	m.Submission(ctx, "dev", SubmissionAccepted)
+	m.Submission(ctx, "dev", SubmissionAccepted)
+	m.Submission(ctx, "dev", SubmissionDuplicate)
+	m.JobFinished(ctx, "dev", "default", "failed", "timeout")
 	m.QueueWait(ctx, "default", 3*time.Millisecond)
 	m.RunDuration(ctx, "default", "timeout", 30*time.Second)
 	m.PoolHit(ctx)
@@ -106,7 +106,7 @@ func TestMetricsScrape(t *testing.T) {
 	assertSeries(t, body, "paddock_submissions_total", `paddock_submission_outcome="accepted"`, "} 2")
 	assertSeries(t, body, "paddock_submissions_total", `paddock_submission_outcome="duplicate"`, "} 1")
 	assertSeries(t, body, "paddock_jobs_finished_total",
-		`paddock_queue="default"`, `paddock_job_state="failed"`, `paddock_job_reason="timeout"`, "} 1")
+		`paddock_tenant="dev"`, `paddock_queue="default"`, `paddock_job_state="failed"`, `paddock_job_reason="timeout"`, "} 1")
 	assertSeries(t, body, "paddock_job_wait_duration_seconds_bucket", `paddock_queue="default"`, `le="0.005"`, "} 1")
 	assertSeries(t, body, "paddock_job_wait_duration_seconds_bucket", `le="0.0025"`, "} 0")
 	assertSeries(t, body, "paddock_job_run_duration_seconds_bucket", `paddock_job_reason="timeout"`, `le="30"`, "} 1")
@@ -130,7 +130,7 @@ func TestMetricsNil(t *testing.T) {
 	var m *Metrics
 	ctx := context.Background()
 	assert.NotPanics(t, func() {
-		m.JobFinished(ctx, "q", "succeeded", "ok")
+		m.JobFinished(ctx, "dev", "q", "succeeded", "ok")
 		m.QueueWait(ctx, "q", time.Second)
 		m.RunDuration(ctx, "q", "ok", time.Second)
 		m.PoolHit(ctx)
@@ -139,7 +139,7 @@ func TestMetricsNil(t *testing.T) {
 		m.LeaseWait(ctx, time.Second, false)
 		m.LeaseLost(ctx)
 		m.ContainersReaped(ctx, 1)
-		m.Submission(ctx, SubmissionRejected)
+		m.Submission(ctx, "dev", SubmissionRejected)
 	})
 	_, err := m.RegisterPoolSize(func() int64 { return 0 })
 	assert.ErrorIs(t, err, ErrInvalidConfig)

@@ -35,7 +35,7 @@ func withCanceler(t *testing.T, s *stack) *asynq.Inspector {
 func waitTaskState(t *testing.T, insp *asynq.Inspector, id string, state asynq.TaskState) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		info, err := insp.GetTaskInfo(job.DefaultQueue, id)
+		info, err := insp.GetTaskInfo(job.DefaultQueue, job.Key("", id))
 		return err == nil && info.State == state
 	}, time.Minute, 20*time.Millisecond, "task %s never %s", id, state)
 }
@@ -95,7 +95,7 @@ func TestCancel(t *testing.T) {
 		assert.Equal(t, job.StateCanceled, res.State)
 		assert.Equal(t, job.ReasonCanceled, res.Reason)
 		assert.Zero(t, res.Runs, "a job canceled in the queue never runs")
-		_, err = insp.GetTaskInfo(job.DefaultQueue, queued)
+		_, err = insp.GetTaskInfo(job.DefaultQueue, job.Key("", queued))
 		assert.ErrorIs(t, err, asynq.ErrTaskNotFound)
 	})
 
@@ -117,7 +117,7 @@ func TestCancel(t *testing.T) {
 		assert.True(t, cerrdefs.IsNotFound(err), "container %s still exists: %v", cid, err)
 		// Never run again: the task ends done, not retried into a second run.
 		time.Sleep(2 * time.Second)
-		again, err := s.store.Get(ctx, running)
+		again, err := s.store.Get(ctx, job.Key("", running))
 		require.NoError(t, err)
 		assert.Equal(t, 1, again.Runs)
 	})
@@ -128,7 +128,7 @@ func TestCancel(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, job.CancelFinished, r.Outcome)
 		assert.Equal(t, job.StateSucceeded, r.State)
-		again, err := s.store.Get(ctx, done.ID)
+		again, err := s.store.Get(ctx, job.Key("", done.ID))
 		require.NoError(t, err)
 		assert.Equal(t, job.StateSucceeded, again.State, "a finished job's result is never changed")
 	})
@@ -162,7 +162,7 @@ func TestCancelFlagPollWithoutNotification(t *testing.T) {
 	_, err := s.client.Submit(ctx, job.Spec{ID: id, Command: "sleep 120; : " + id})
 	require.NoError(t, err)
 	containerRunning(t, s.docker, s.owner, id)
-	require.NoError(t, s.store.Cancel(ctx, id))
+	require.NoError(t, s.store.Cancel(ctx, job.Key("", id)))
 	res, err := s.client.Wait(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, job.ReasonCanceled, res.Reason)

@@ -22,6 +22,7 @@ import (
 
 // jobRun is what the steps of one ProcessTask call share.
 type jobRun struct {
+	key     string // job.Key: the asynq task id, and the job's name in Redis
 	log     *slog.Logger
 	spec    job.Spec
 	eff     job.Effective
@@ -40,26 +41,27 @@ func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTime
 // with an error reading or writing the store, which the queue retries.
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	started := w.cfg.Now()
-	id, _ := asynq.GetTaskID(ctx)
-	r := &jobRun{log: w.log.With("job", id)}
-	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrJobID.String(id))
+	key, _ := asynq.GetTaskID(ctx) // job.Key: tenant/id
+	tenant, id, _ := job.SplitKey(key)
+	r := &jobRun{key: key, log: w.log.With("job", id, "tenant", tenant)}
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrJobID.String(id), attribute.String(job.AttrTenant, tenant))
 
-	spec, eff, err := w.decode(t, id)
+	spec, eff, err := w.decode(t, key)
 	if err != nil {
-		r.res = job.Result{ID: id, Errors: job.FieldErrors(err)}
+		r.res = job.Result{ID: id, Tenant: tenant, Errors: job.FieldErrors(err)}
 		return w.finish(ctx, r, job.ReasonRejected, "rejected by the worker: "+err.Error())
 	}
-	if ended, err := w.republish(ctx, id); ended || err != nil {
+	if ended, err := w.republish(ctx, key); ended || err != nil {
 		return err
 	}
 	r.spec, r.eff, r.env = spec, eff, jobEnv(spec, id)
 	r.profile = sandbox.Profile{Image: spec.Image, MemoryMB: eff.MemoryMB, CPUs: eff.CPUs, Pids: eff.Pids, TmpfsMB: eff.TmpfsMB}
 	r.res = job.Result{
-		ID: id, Image: spec.Image, Queue: spec.Queue, Labels: spec.Labels, Limits: &r.eff,
+		ID: id, Tenant: spec.Tenant, Image: spec.Image, Queue: spec.Queue, Labels: spec.Labels, Limits: &r.eff,
 		SubmittedAt: spec.SubmittedAt, QueuedAt: queuedAt(t), StartedAt: started, Worker: w.cfg.ID,
 	}
-	if canceled, err := w.store.Canceled(ctx, id); err != nil {
-		return fmt.Errorf("worker: read cancel flag of %s: %w", id, err)
+	if canceled, err := w.store.Canceled(ctx, key); err != nil {
+		return fmt.Errorf("worker: read cancel flag of %s: %w", key, err)
 	} else if canceled {
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled before it started")
 	}
@@ -71,13 +73,13 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 // decode reads the task's spec and validates it again against this
 // worker's caps: nothing taken from the queue is trusted.
-func (w *Worker) decode(t *asynq.Task, id string) (job.Spec, job.Effective, error) {
+func (w *Worker) decode(t *asynq.Task, key string) (job.Spec, job.Effective, error) {
 	spec, err := job.Decode(t.Payload())
 	if err != nil {
 		return spec, job.Effective{}, err
 	}
-	if spec.ID != "" && spec.ID != id {
-		return spec, job.Effective{}, fmt.Errorf("%w: payload id %q differs from task id %q", job.ErrInvalid, spec.ID, id)
+	if spec.Key() != key {
+		return spec, job.Effective{}, fmt.Errorf("%w: payload %q differs from task id %q", job.ErrInvalid, spec.Key(), key)
 	}
 	eff, err := job.Validate(&spec, w.cfg.Caps)
 	if err != nil {
@@ -92,13 +94,13 @@ func (w *Worker) decode(t *asynq.Task, id string) (job.Spec, job.Effective, erro
 // case the crash came between the Redis write and the publish. ended says
 // whether the job had a result; an error (results.ErrNotPublished among
 // them) makes the queue retry.
-func (w *Worker) republish(ctx context.Context, id string) (ended bool, err error) {
-	prev, err := w.store.Get(ctx, id)
+func (w *Worker) republish(ctx context.Context, key string) (ended bool, err error) {
+	prev, err := w.store.Get(ctx, key)
 	if errors.Is(err, results.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("worker: read result of %s: %w", id, err)
+		return false, fmt.Errorf("worker: read result of %s: %w", key, err)
 	}
 	dctx, cancel := detached(ctx)
 	defer cancel()
@@ -108,9 +110,9 @@ func (w *Worker) republish(ctx context.Context, id string) (ended bool, err erro
 
 // beginRun counts this run of the job and records its queue wait.
 func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
-	run, err := w.store.BeginRun(ctx, r.res.ID)
+	run, err := w.store.BeginRun(ctx, r.key)
 	if err != nil {
-		return fmt.Errorf("worker: begin run of %s: %w", r.res.ID, err)
+		return fmt.Errorf("worker: begin run of %s: %w", r.key, err)
 	}
 	r.res.Runs = run
 	if !r.res.QueuedAt.IsZero() {
@@ -154,7 +156,7 @@ func (w *Worker) session(ctx context.Context, r *jobRun) (*sandbox.Session, erro
 	actx, aspan := w.tr.Start(ctx, "paddock.sandbox.acquire", trace.WithAttributes(attribute.String("container.image.name", r.spec.Image)))
 	sess, err := w.rt.Acquire(actx, r.profile, sandbox.SessionOptions{
 		Deadline: r.deadline(),
-		Labels:   map[string]string{sandbox.LabelJob: r.res.ID, sandbox.LabelAttempt: strconv.Itoa(r.res.Runs)},
+		Labels:   map[string]string{sandbox.LabelJob: r.key, sandbox.LabelAttempt: strconv.Itoa(r.res.Runs)},
 		Env:      r.env,
 	})
 	if err == nil {
@@ -226,12 +228,12 @@ func (w *Worker) interrupted(ctx context.Context, r *jobRun, sess *sandbox.Sessi
 	if err := sess.Destroy(dctx); err != nil {
 		r.log.ErrorContext(ctx, "could not confirm the interrupted job's container is gone", "err", err)
 	}
-	if c, _ := w.store.Canceled(dctx, r.res.ID); c {
+	if c, _ := w.store.Canceled(dctx, r.key); c {
 		markLast(&r.res, job.ReasonCanceled)
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled while running; its container was killed")
 	}
 	r.log.WarnContext(ctx, "job interrupted; the queue will run it again", "cause", context.Cause(ctx))
-	return requeue(ctx, r.res.ID)
+	return requeue(ctx, r.key)
 }
 
 func endSpan(span trace.Span, err error) {

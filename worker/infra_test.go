@@ -94,7 +94,7 @@ func TestDockerEngineOutage(t *testing.T) {
 		assert.Empty(t, r.Attempts)
 		assert.Equal(t, int64(4), outage.jobCreates.Load(), "1 try + 3 queue retries (scheduler MaxRetry)")
 		require.Eventually(t, func() bool {
-			info, err := insp.GetTaskInfo(job.DefaultQueue, sub.ID)
+			info, err := insp.GetTaskInfo(job.DefaultQueue, job.Key("", sub.ID))
 			return err == nil && info.State == asynq.TaskStateArchived
 		}, 30*time.Second, 20*time.Millisecond, "the task is archived, not retried again")
 	})

@@ -79,7 +79,7 @@ func (w *Worker) infraFail(ctx context.Context, r *jobRun, cause error) error {
 		return w.finish(ctx, r, job.ReasonLeaseLost, "the volume's lease was lost before the job could start (Redis unreachable or the lease taken over); it did not run")
 	}
 	if ctx.Err() != nil {
-		return requeue(ctx, r.res.ID)
+		return requeue(ctx, r.key)
 	}
 	if sandbox.IsRetryable(cause) && retry < maxRetry {
 		r.log.WarnContext(ctx, "infrastructure failure; the queue will retry", "err", cause, "retry", retry, "max_retry", maxRetry)
@@ -115,7 +115,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, res job.Result) e
 	}
 	log.DebugContext(ctx, "job finished", "state", stored.State, "reason", stored.Reason)
 	if first {
-		w.m.JobFinished(dctx, res.Queue, string(res.State), string(res.Reason))
+		w.m.JobFinished(dctx, res.Tenant, res.Queue, string(res.State), string(res.Reason))
 		if !res.StartedAt.IsZero() && !res.FinishedAt.IsZero() {
 			w.m.RunDuration(dctx, res.Queue, string(res.Reason), res.FinishedAt.Sub(res.StartedAt))
 		}

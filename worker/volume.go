@@ -22,6 +22,19 @@ type VolumeGuard interface {
 // errLeaseLost is the cancel cause when a job's volume lease is lost.
 var errLeaseLost = errors.New("worker: volume lease lost")
 
+// VolumeName is the name of the job's volume on the volume root and in the
+// lock service: "<tenant>.<name>". Volume names are per tenant: tenant a's
+// "cache" and tenant b's "cache" are two directories, and no spec can name
+// another tenant's (a tenant name holds no '.', so the prefix is never
+// ambiguous).
+func VolumeName(s job.Spec) string {
+	t := s.Tenant
+	if t == "" {
+		t = job.DefaultTenant
+	}
+	return t + "." + s.Volume.Name
+}
+
 // withVolume calls run with the job's shared volume, if it asked for one:
 // lease, then flock, then mount. A lost lease ends the run as lease_lost;
 // run destroys the container (synchronously) before the lock is released
@@ -38,7 +51,7 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 	if v.Mode == job.VolumeRO {
 		mode = locks.RO
 	}
-	held, err := w.lockVolume(ctx, v.Name, mode)
+	held, err := w.lockVolume(ctx, VolumeName(r.spec), mode)
 	if err != nil {
 		return w.infraFail(ctx, r, err)
 	}

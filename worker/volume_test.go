@@ -63,7 +63,7 @@ func TestVolumeWritersSerialize(t *testing.T) {
 			waited++
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(root, "shared", "counter"))
+	b, err := os.ReadFile(filepath.Join(root, "default.shared", "counter"))
 	require.NoError(t, err)
 	assert.Equal(t, "3", strings.TrimSpace(string(b)), "every increment must survive")
 	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
@@ -96,10 +96,10 @@ func TestVolumeLeaseLostWhileRunning(t *testing.T) {
 		Volume: &job.Volume{Name: "stolen", Mode: job.VolumeRW}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(root, "stolen", "started"))
+		_, err := os.Stat(filepath.Join(root, "default.stolen", "started"))
 		return err == nil
 	}, time.Minute, 10*time.Millisecond, "the job never started")
-	stealLease(t, s, "stolen")
+	stealLease(t, s, "default.stolen")
 	r, err := s.client.Wait(ctx, sub.ID)
 	require.NoError(t, err)
 	assert.Equal(t, job.ReasonLeaseLost, r.Reason, r.Error)
@@ -135,14 +135,14 @@ func TestVolumeLeaseLostWhileStarting(t *testing.T) {
 	assert.Equal(t, job.ReasonLeaseLost, r.Reason, r.Error)
 	assert.Contains(t, r.Error, "did not run")
 	assert.Equal(t, 1, r.Runs, "a job whose lease was stolen is not run again")
-	_, err = os.Stat(filepath.Join(root, "early", "ran"))
+	_, err = os.Stat(filepath.Join(root, "default.early", "ran"))
 	assert.True(t, os.IsNotExist(err), "the command must not have run")
 }
 
 func TestVolumeReadOnly(t *testing.T) {
 	s, root := volumeStack(t, 0)
-	require.NoError(t, os.MkdirAll(filepath.Join(root, "docs"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(root, "docs", "README"), []byte("shared text\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "default.docs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "default.docs", "README"), []byte("shared text\n"), 0o644))
 	r := s.run(job.Spec{Command: "cat /workspace/README; echo x > /workspace/new 2>&1 || echo denied",
 		Volume: &job.Volume{Name: "docs", Mode: job.VolumeRO}})
 	assert.Equal(t, job.StateSucceeded, r.State, r.Error)

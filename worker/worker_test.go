@@ -239,7 +239,7 @@ func TestDuplicateSubmissionsRunOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, id, sub.ID)
 	time.Sleep(500 * time.Millisecond) // give a wrong second run the chance to show
-	again, err := s.store.Get(ctx, id)
+	again, err := s.store.Get(ctx, job.Key("", id))
 	require.NoError(t, err)
 	assert.Equal(t, "once\n", again.Stdout.Text)
 	assert.Equal(t, 1, again.Runs)

@@ -34,12 +34,12 @@ Exit status 1 when a cancel could not be carried out (retrying is safe).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			ctx := cmd.Context()
-			nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+			nc, tn, err := g.connectClient(ctx)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc, client.Config{Logger: g.logger, PublishTimeout: timeout})
+			c, err := client.New(nc, client.Config{Logger: g.logger, PublishTimeout: timeout, Tenant: tn})
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func startCanceler(ctx context.Context, s *stack, cf *capsFlags, log *slog.Logge
 		return nil, err
 	}
 	if err := c.Start(ctx); err != nil {
-		return nil, fmt.Errorf("cancel responder on %s: %w", job.SubjectCancelRequest, err)
+		return nil, fmt.Errorf("cancel responder on %s: %w", job.SubjectCancelRequests, err)
 	}
 	return c, nil
 }

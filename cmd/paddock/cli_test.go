@@ -177,9 +177,9 @@ func TestSubmitTakesLimitsFromTheEnvironment(t *testing.T) {
 	assert.Equal(t, id, line.ID)
 	assert.False(t, line.Duplicate)
 
-	st, err := js.Stream(context.Background(), job.StreamJobs)
+	st, err := js.Stream(context.Background(), job.JobsStream(job.DefaultTenant))
 	require.NoError(t, err)
-	msg, err := st.GetLastMsgForSubject(context.Background(), job.SubjectSubmit)
+	msg, err := st.GetLastMsgForSubject(context.Background(), job.SubmitSubject(job.DefaultTenant))
 	require.NoError(t, err)
 	spec, err := job.Decode(msg.Data)
 	require.NoError(t, err)
@@ -431,7 +431,7 @@ func TestServiceVersionAndJSONLogs(t *testing.T) {
 	// A job's log lines carry its trace: a rejected submission, sent with
 	// a W3C traceparent, is logged with that trace id.
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	msg := nats.NewMsg(job.SubjectSubmit)
+	msg := nats.NewMsg(job.SubmitSubject(job.DefaultTenant))
 	msg.Data = []byte(`{"id":"` + testsvc.Unique("rej") + `","command":"echo hi","limits":{"memory_mb":1}}`)
 	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
 	_, err = js.PublishMsg(context.Background(), msg)

@@ -28,6 +28,17 @@ func scopeEnv(fs *pflag.FlagSet, names ...string) {
 	}
 }
 
+// annotEnvAlias lists variables other tools already use for a flag
+// (NATS_URL, NATS_CREDS: the nats CLI's), read when PADDOCK_<FLAG> is unset.
+const annotEnvAlias = "paddock_env_alias"
+
+// setEnvAliases gives flag name of fs the variables aliases.
+func setEnvAliases(fs *pflag.FlagSet, name string, aliases ...string) {
+	if err := fs.SetAnnotation(name, annotEnvAlias, aliases); err != nil {
+		panic(err) // a flag name typo: a programming error
+	}
+}
+
 // envName is the variable that sets flag f on command cmd: PADDOCK_<FLAG>,
 // or PADDOCK_<COMMAND>_<FLAG> for a command-scoped flag.
 func envName(cmd *cobra.Command, f *pflag.Flag) string {
@@ -50,6 +61,13 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 		name := envName(cmd, f)
 		v, ok := os.LookupEnv(name)
+		for _, alias := range f.Annotations[annotEnvAlias] {
+			if ok {
+				break
+			}
+			name = alias
+			v, ok = os.LookupEnv(alias)
+		}
 		if !ok {
 			return
 		}

@@ -37,6 +37,8 @@ not succeed (submit --wait, wait and get, after printing the results).`
 type globals struct {
 	natsURL   string
 	redisURL  string
+	dataDir   string
+	auth      authFlags
 	logLevel  string
 	logFormat string
 	logger    *slog.Logger
@@ -108,15 +110,18 @@ the command line wins.
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL (redis://host:port/db or unix:///path)")
+	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL (a comma-separated list; nats://user:password@…, tls://…); also $NATS_URL")
+	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL: redis://[user:password@]host:port/db, rediss://… (TLS) or unix:///path")
+	pf.StringVar(&g.dataDir, "data-dir", "", "`directory` of the local stack's state: 'paddock up' keeps NATS, Redis, volumes and credentials there, and client commands find the dev tenant's credentials there (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
+	setEnvAliases(pf, "nats-url", "NATS_URL")
+	g.auth.register(pf)
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.Var(newChoiceValue(&g.logFormat, "text", logFormats...), "log-format", "log format: text or json (with trace_id and span_id when a span is active)")
 	registerCompletion(root, "log-level", fixedCompletion(logLevels...))
 	registerCompletion(root, "log-format", fixedCompletion(logFormats...))
 
 	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(g),
-		schemaCmd(), versionCmd())
+		tenantCmd(g), authCmd(g), schemaCmd(), versionCmd())
 	return root
 }
 

@@ -93,7 +93,7 @@ with -o json, one span record per line as the file holds them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if spanFile == "" {
-				spanFile = filepath.Join(defaultDataDir(), "spans.jsonl")
+				spanFile = filepath.Join(g.dataDirPath(), "spans.jsonl")
 			}
 			spans, err := telemetry.ReadSpans(spanFile, args[0])
 			if err != nil {

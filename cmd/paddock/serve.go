@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/results"
@@ -37,6 +39,8 @@ type schedFlags struct {
 	jobsMaxBytes    int64
 	resultsMaxBytes int64
 	maxResultBytes  int
+	maxRunning      int
+	slots           int
 }
 
 func (s *schedFlags) register(cmd *cobra.Command) {
@@ -47,6 +51,14 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Int64Var(&s.jobsMaxBytes, "jobs-max-bytes", results.DefaultJobsMaxBytes, "size cap of the submissions stream; when full, submits are refused (client.ErrStreamFull) and nothing accepted is dropped")
 	cmd.Flags().Int64Var(&s.resultsMaxBytes, "results-max-bytes", results.DefaultResultsMaxBytes, "size cap of the results stream; when full, the oldest results leave NATS first (Redis keeps them)")
 	cmd.Flags().IntVar(&s.maxResultBytes, "max-result-bytes", results.DefaultMaxResultBytes, "bound of one stored result's JSON (escaping counted); larger outputs are cut in the middle")
+	cmd.Flags().IntVar(&s.maxRunning, "tenant-max-running", 64, "a tenant's jobs in the queue or running at once when its record sets no max-running")
+	cmd.Flags().IntVar(&s.slots, "slots", 0, "jobs this scheduler keeps in the queue or running over all tenants; waiting tenants take freed slots in turn (fair share). Set it to the fleet's job slots (workers × concurrency); 0: no bound, one FIFO queue (up: its worker's concurrency)")
+}
+
+// streams is the size of the JetStream streams the flags ask for.
+func (s *schedFlags) streams() results.StreamConfig {
+	return results.StreamConfig{ResultRetention: s.resultRetention, DedupeWindow: s.dedupeWindow,
+		JobsMaxBytes: s.jobsMaxBytes, ResultsMaxBytes: s.resultsMaxBytes}
 }
 
 // stack is the set of connections a service holds.
@@ -57,8 +69,13 @@ type stack struct {
 	st  *results.Store
 }
 
-func openStack(ctx context.Context, g *globals, sf *schedFlags, name string) (*stack, error) {
-	nc, err := connectNATS(ctx, g.natsURL, name, g.logger)
+// openStack connects a service to NATS (with creds; "" = --creds) and
+// Redis, and makes sure the results stream exists.
+func openStack(ctx context.Context, g *globals, sf *schedFlags, name, creds string) (*stack, error) {
+	if creds == "" {
+		creds = g.auth.creds
+	}
+	nc, err := g.connectAs(ctx, name, creds, "")
 	if err != nil {
 		return nil, err
 	}
@@ -67,13 +84,12 @@ func openStack(ctx context.Context, g *globals, sf *schedFlags, name string) (*s
 		nc.Close()
 		return nil, err
 	}
-	rdb, err := connectRedis(ctx, g.redisURL)
+	rdb, err := connectRedis(ctx, g, g.redisURL)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	if err := results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: sf.resultRetention, DedupeWindow: sf.dedupeWindow,
-		JobsMaxBytes: sf.jobsMaxBytes, ResultsMaxBytes: sf.resultsMaxBytes}); err != nil {
+	if err := results.EnsureStreams(ctx, js, sf.streams()); err != nil {
 		nc.Close()
 		rdb.Close()
 		return nil, fmt.Errorf("create JetStream streams: %w", err)
@@ -87,7 +103,11 @@ func (s *stack) close() {
 	s.rdb.Close()
 }
 
-func newScheduler(s *stack, sf *schedFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*scheduler.Scheduler, error) {
+func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*scheduler.Scheduler, error) {
+	tenants, err := newRegistryTenants(ctx, s.nc, log)
+	if err != nil {
+		return nil, err
+	}
 	ac := asynq.NewClientFromRedisClient(s.rdb)
 	// Queue gauges cost Redis calls per scrape: the schedulers export them,
 	// not every worker.
@@ -97,7 +117,8 @@ func newScheduler(s *stack, sf *schedFlags, cf *capsFlags, obs *observability, l
 	}
 	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
 		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
-		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName)})
+		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName), Tenants: tenants,
+		MaxRunning: sf.maxRunning, Slots: sf.slots, Streams: sf.streams()})
 }
 
 // readiness checks that a service's NATS connection and Redis answer.
@@ -119,7 +140,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, nil) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, err := openStack(ctx, g, &sf, "paddock-scheduler")
+			s, err := openStack(ctx, g, &sf, "paddock-scheduler", "")
 			if err != nil {
 				return err
 			}
@@ -130,7 +151,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 			}
 			defer obs.stop()
 			s.st.SetMetrics(obs.metrics)
-			sch, err := newScheduler(s, &sf, &cf, obs, g.logger)
+			sch, err := newScheduler(ctx, s, &sf, &cf, obs, g.logger)
 			if err != nil {
 				return err
 			}
@@ -173,7 +194,7 @@ func workerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer d.Close()
-			s, err := openStack(ctx, g, &sf, "paddock-worker")
+			s, err := openStack(ctx, g, &sf, "paddock-worker", "")
 			if err != nil {
 				return err
 			}
@@ -213,6 +234,8 @@ type upFlags struct {
 	of                 obsFlags
 	pf                 periodicFlags
 	dataDir, readyFile string
+	auth               *devstack.Auth
+	sfSlotsSet         bool // --slots was given
 }
 
 func upCmd(g *globals) *cobra.Command {
@@ -226,15 +249,17 @@ on those addresses, with their data under --data-dir. Shared volumes are served
 from <data-dir>/volumes unless --volume-root says otherwise. Then it runs a
 scheduler and a worker until interrupted, and shuts down in order: stop intake,
 drain running jobs, stop the services it started.`,
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			f.sfSlotsSet = cmd.Flags().Changed("slots")
+			return checkStart(g, &f.cf, &f.wf.heal)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)
 	f.cf.register(cmd.Flags())
 	f.wf.register(cmd.Flags())
 	f.of.register(cmd.Flags())
 	f.pf.register(cmd.Flags())
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "where an embedded NATS, a child redis-server and the shared volumes keep their data (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
 	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
 	return cmd
 }
@@ -247,15 +272,16 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 		return err
 	}
 	defer d.Close()
-	if f.dataDir == "" {
-		f.dataDir = defaultDataDir()
+	f.dataDir = g.dataDirPath()
+	if f.auth, err = devstack.LoadOrCreateAuth(f.dataDir); err != nil {
+		return err
 	}
-	stopServices, err := startDevServices(ctx, g, f.dataDir)
+	stopServices, err := startDevServices(ctx, g, f)
 	if err != nil {
 		return err
 	}
 	defer stopServices()
-	s, err := openStack(ctx, g, &f.sf, "paddock-up")
+	s, err := openStack(ctx, g, &f.sf, "paddock-up", f.auth.SchedulerCreds)
 	if err != nil {
 		return err
 	}
@@ -303,10 +329,12 @@ func (f *upFlags) volumes() error {
 	return nil
 }
 
-// startDevServices starts NATS and Redis under dataDir unless they answer
-// at their URLs already; the function it returns stops what it started.
-func startDevServices(ctx context.Context, g *globals, dataDir string) (func(), error) {
-	ns, err := ensureNATS(g.natsURL, filepath.Join(dataDir, "nats"), g.logger)
+// startDevServices starts NATS and Redis under the data dir unless they
+// answer at their URLs already, both authenticated with the generated
+// credentials (f.auth); the function it returns stops what it started.
+// A Redis URL without credentials gets the generated ones.
+func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), error) {
+	ns, err := ensureNATS(ctx, g, filepath.Join(f.dataDir, "nats"), f.auth)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +344,15 @@ func startDevServices(ctx context.Context, g *globals, dataDir string) (func(), 
 			ns.WaitForShutdown()
 		}
 	}
-	stopRedis, err := ensureRedis(ctx, g.redisURL, filepath.Join(dataDir, "redis"), g.logger)
+	if u, err := url.Parse(g.redisURL); err == nil && u.User == nil && g.auth.redisPasswordFile == "" && u.Scheme != "unix" {
+		addr, err := devstack.ParseAddr(g.redisURL, 6379)
+		if err != nil {
+			stopNATS()
+			return nil, fmt.Errorf("--redis-url: %w", err)
+		}
+		g.redisURL = f.auth.RedisURL(addr)
+	}
+	stopRedis, err := ensureRedis(ctx, g, filepath.Join(f.dataDir, "redis"), f.auth)
 	if err != nil {
 		stopNATS()
 		return nil, err
@@ -328,7 +364,13 @@ func startDevServices(ctx context.Context, g *globals, dataDir string) (func(), 
 // (control.go: cancel, periodic jobs). The function it returns stops them
 // in shutdown order: stop intake (scheduler), drain running jobs (worker).
 func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
-	sch, err := newScheduler(s, &f.sf, &f.cf, obs, log)
+	if !f.sfSlotsSet {
+		f.sf.slots = f.wf.concurrency
+	}
+	if err := ensureDevTenant(ctx, s, f.auth, log); err != nil {
+		return nil, err
+	}
+	sch, err := newScheduler(ctx, s, &f.sf, &f.cf, obs, log)
 	if err != nil {
 		return nil, err
 	}
@@ -363,27 +405,31 @@ func defaultDataDir() string {
 	return filepath.Join(home, ".local", "state", "paddock")
 }
 
-// ensureNATS returns nil when a NATS server answers at url; otherwise it
-// starts an embedded one with JetStream on url's host:port.
-func ensureNATS(url, storeDir string, log *slog.Logger) (*server.Server, error) {
-	if nc, err := nats.Connect(url, nats.Timeout(time.Second)); err == nil {
+// ensureNATS returns nil when a NATS server answers at --nats-url to the
+// admin credentials; otherwise it starts an embedded one with JetStream, in
+// operator mode with au's authority, on the URL's host:port.
+func ensureNATS(ctx context.Context, g *globals, storeDir string, au *devstack.Auth) (*server.Server, error) {
+	if nc, err := client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Creds: au.AdminCreds, Logger: g.logger,
+		Options: []nats.Option{nats.Timeout(time.Second), nats.NoReconnect()}}); err == nil {
 		nc.Close()
-		log.Info("using NATS", "url", redact.URL(url))
+		g.logger.Info("using NATS", "url", redact.URL(g.natsURL))
 		return nil, nil
 	}
-	addr, err := devstack.ParseAddr(url, 4222)
+	addr, err := devstack.ParseAddr(g.natsURL, 4222)
 	if err != nil {
 		return nil, fmt.Errorf("--nats-url: %w", err)
 	}
-	return devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: storeDir, Logger: log})
+	return devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: storeDir, Auth: au.Authority, Logger: g.logger})
 }
 
-// ensureRedis returns a no-op when Redis answers at url; otherwise it starts
-// a redis-server child on url's host:port.
-func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func(), error) {
-	if rdb, err := connectRedis(ctx, url); err == nil {
+// ensureRedis returns a no-op when Redis answers at --redis-url; otherwise
+// it starts a redis-server child on the URL's host:port, with au's
+// password.
+func ensureRedis(ctx context.Context, g *globals, dir string, au *devstack.Auth) (func(), error) {
+	url := g.redisURL
+	if rdb, err := connectRedis(ctx, g, url); err == nil {
 		rdb.Close()
-		log.Info("using Redis", "url", redact.URL(url))
+		g.logger.Info("using Redis", "url", redact.URL(url))
 		return func() {}, nil
 	}
 	addr, err := devstack.ParseAddr(url, 6379)
@@ -391,13 +437,14 @@ func ensureRedis(ctx context.Context, url, dir string, log *slog.Logger) (func()
 		return nil, fmt.Errorf("--redis-url: %w", err)
 	}
 	ping := func(ctx context.Context) error {
-		rdb, err := connectRedis(ctx, url)
+		rdb, err := connectRedis(ctx, g, url)
 		if err == nil {
 			rdb.Close()
 		}
 		return err
 	}
-	r, err := devstack.StartRedis(ctx, devstack.RedisConfig{Addr: addr, Dir: dir, Ping: ping, Logger: log})
+	r, err := devstack.StartRedis(ctx, devstack.RedisConfig{Addr: addr, Dir: dir, Ping: ping, Logger: g.logger,
+		User: au.RedisUser, Password: au.RedisPassword})
 	if err != nil {
 		return nil, fmt.Errorf("no Redis at %s, and %w", redact.URL(url), err)
 	}

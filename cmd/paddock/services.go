@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
@@ -25,26 +25,6 @@ import (
 // URLs may carry credentials (user:password@, a NATS token, ?password=):
 // every one that is logged, printed or put into an error goes through
 // redact.URL first.
-
-// connectNATS connects with unlimited reconnects: a NATS restart must not
-// end a service.
-func connectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
-	if err := checkNATSURL(url); err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
-		nats.Timeout(5*time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("NATS disconnected; reconnecting", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", redact.URL(c.ConnectedUrl())) }))
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `paddock up`, or set --nats-url / PADDOCK_NATS_URL)", redact.URL(url), err)
-	}
-	return nc, nil
-}
 
 // checkNATSURL parses each server of a --nats-url list the way nats.go
 // does, so that a malformed one fails here, with a redacted message.
@@ -95,10 +75,20 @@ func urlError(flag, raw string, err error, want string) error {
 
 // connectRedis returns a client with socket timeouts after
 // checking the server answers.
-func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
+func connectRedis(ctx context.Context, g *globals, url string) (*redis.Client, error) {
 	opt, err := redisOptions(url)
 	if err != nil {
 		return nil, err
+	}
+	pw, err := g.auth.redisPassword()
+	if err != nil {
+		return nil, err
+	}
+	if pw != "" {
+		opt.Password = pw
+		if opt.Username == "" {
+			opt.Username = devstack.DefaultRedisUser
+		}
 	}
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
 	rdb := redis.NewClient(opt)

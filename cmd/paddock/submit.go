@@ -159,12 +159,12 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 }
 
 func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.Spec) error {
-	nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+	nc, tn, err := g.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cfg := client.Config{Logger: g.logger}
+	cfg := client.Config{Logger: g.logger, Tenant: tn}
 	stopTracing := f.tracing(ctx, g, &cfg)
 	defer stopTracing()
 	c, err := client.New(nc, cfg)
@@ -211,7 +211,7 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 // them.
 func (f *submitFlags) tracing(ctx context.Context, g *globals, cfg *client.Config) func() {
 	if f.spanFile == "" {
-		if p := filepath.Join(defaultDataDir(), "spans.jsonl"); fileExists(p) {
+		if p := filepath.Join(g.dataDirPath(), "spans.jsonl"); fileExists(p) {
 			f.spanFile = p
 		}
 	}
@@ -336,12 +336,12 @@ func waitCmd(g *globals) *cobra.Command {
 }
 
 func showResults(ctx context.Context, g *globals, ids []string, output string, wait bool) error {
-	nc, err := connectNATS(ctx, g.natsURL, "paddock-cli", g.logger)
+	nc, tn, err := g.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	c, err := client.New(nc, client.Config{Logger: g.logger})
+	c, err := client.New(nc, client.Config{Logger: g.logger, Tenant: tn})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,11 @@
 #   rootfs/nats-server          static (CGO_ENABLED=0) build of the Go module
 #                               github.com/nats-io/nats-server/v2 at the
 #                               version the script pins (the one Paddock embeds)
-#   rootfs/etc/nats/nats.conf   deploy/nats/nats.conf
+#   rootfs/etc/nats/nats.conf   deploy/nats/nats.conf, which includes
+#                               auth/nats-auth.conf (operator mode): mount
+#                               the output of `paddock auth init` at
+#                               /etc/nats/auth, or the server refuses to
+#                               start ("error parsing include file")
 #   rootfs/etc/passwd, group    root and nats (65532)
 #   rootfs/data                 empty JetStream store, owned by 65532: an empty
 #                               named volume mounted here inherits the owner

@@ -1,13 +1,18 @@
 // Package devstack starts what `paddock up` needs on a development machine
 // when it is not already running: an embedded NATS server with JetStream
 // and a redis-server child process, each on the address of its URL, with
-// the data under a directory. It is for one machine; production runs NATS
-// and Redis as services of their own (deploy/).
+// the data under a directory. With an Auth (LoadOrCreateAuth) NATS runs in
+// operator mode and Redis requires a password, so that nothing on the
+// machine gets in without the credentials kept in the data directory. It is
+// for one machine; production runs NATS and Redis as services of their own
+// (deploy/).
 package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
@@ -21,6 +26,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/paddockhq/paddock/internal/redact"
+	"github.com/paddockhq/paddock/tenant"
 )
 
 // Addr is where a URL says a server listens.
@@ -65,6 +71,13 @@ type NATSConfig struct {
 	Addr Addr
 	// StoreDir holds the JetStream file store (created 0700).
 	StoreDir string
+	// Auth, when set, runs the server in operator mode trusting it: only
+	// users it issued connect (JetStream is in its PADDOCK account). Nil
+	// runs the server without authentication.
+	Auth *tenant.Authority
+	// ResolverDir holds the account JWTs of operator mode, updated at run
+	// time by Authority.PushAccount (default StoreDir/accounts).
+	ResolverDir string
 	// Logger gets one line when it has started (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -79,8 +92,20 @@ func StartNATS(cfg NATSConfig) (*server.Server, error) {
 	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: NATS store: %w", err)
 	}
-	ns, err := server.NewServer(&server.Options{Host: cfg.Addr.Host, Port: cfg.Addr.Port, JetStream: true,
-		StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true, ServerName: "paddock-up"})
+	opts := &server.Options{Host: cfg.Addr.Host, Port: cfg.Addr.Port, JetStream: true,
+		StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true, ServerName: "paddock-up"}
+	mode := "none"
+	if cfg.Auth != nil {
+		dir := cfg.ResolverDir
+		if dir == "" {
+			dir = filepath.Join(cfg.StoreDir, "accounts")
+		}
+		if err := cfg.Auth.ConfigureServer(opts, dir); err != nil {
+			return nil, fmt.Errorf("devstack: embedded NATS: %w", err)
+		}
+		mode = "operator"
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: embedded NATS: %w", err)
 	}
@@ -89,7 +114,7 @@ func StartNATS(cfg NATSConfig) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("devstack: embedded NATS did not start on %s (is the port taken?)", cfg.Addr)
 	}
-	log.Info("started embedded NATS with JetStream", "addr", cfg.Addr.String(), "store", cfg.StoreDir)
+	log.Info("started embedded NATS with JetStream", "addr", cfg.Addr.String(), "store", cfg.StoreDir, "auth", mode)
 	return ns, nil
 }
 
@@ -97,8 +122,15 @@ func StartNATS(cfg NATSConfig) (*server.Server, error) {
 type RedisConfig struct {
 	// Addr is where it listens.
 	Addr Addr
-	// Dir holds its append-only file and redis.log (created 0700).
+	// Dir holds its append-only file, redis.log and, with a Password, the
+	// redis.conf that holds it (created 0700).
 	Dir string
+	// Password, when set, turns the default user off and lets only User in
+	// with it (all commands, keys and channels). It goes into a 0600
+	// config file, never on the command line where ps would show it.
+	Password string
+	// User is the user that Password is for (default DefaultRedisUser).
+	User string
 	// Ping answers nil once the server serves (the caller's client, with
 	// its credentials); StartRedis waits for it up to 10 s.
 	Ping func(context.Context) error
@@ -125,9 +157,14 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: Redis dir: %w", err)
 	}
-	cmd := exec.Command(bin, "--bind", cfg.Addr.Host, "--port", strconv.Itoa(cfg.Addr.Port), "--dir", cfg.Dir,
+	args, err := redisACL(cfg)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, "--bind", cfg.Addr.Host, "--port", strconv.Itoa(cfg.Addr.Port), "--dir", cfg.Dir,
 		"--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
 		"--save", "", "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes")
+	cmd := exec.Command(bin, args...)
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -142,9 +179,44 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		r.Stop()
 		return nil, fmt.Errorf("devstack: redis-server did not answer on %s: %w (see %s)", cfg.Addr, err, logf.Name())
 	}
-	log.Info("started redis-server", "addr", cfg.Addr.String(), "dir", cfg.Dir)
+	log.Info("started redis-server", "addr", cfg.Addr.String(), "dir", cfg.Dir, "password", cfg.Password != "")
 	return r, nil
 }
+
+// DefaultRedisUser is the Redis user of RedisConfig.Password.
+const DefaultRedisUser = "paddock"
+
+// redisACL writes the ACL of cfg into Dir/redis.conf (0600) and returns
+// the arguments that load it; without a password it removes a stale one
+// and returns none.
+func redisACL(cfg RedisConfig) ([]string, error) {
+	conf := filepath.Join(cfg.Dir, "redis.conf")
+	if cfg.Password == "" {
+		if err := os.Remove(conf); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		return nil, nil
+	}
+	user := cfg.User
+	if user == "" {
+		user = DefaultRedisUser
+	}
+	for what, v := range map[string]string{"user": user, "password": cfg.Password} {
+		if strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '"' || r == '\\' || r == '\'' }) {
+			return nil, fmt.Errorf("devstack: the Redis %s must not hold spaces, quotes, backslashes or control characters", what)
+		}
+	}
+	text := "# Written by paddock up: the only way in is the user below.\n" +
+		"user default off\n" +
+		"user " + user + " on >" + cfg.Password + " ~* &* +@all\n"
+	if err := writePrivate(conf, []byte(text)); err != nil {
+		return nil, err
+	}
+	return []string{conf}, nil
+}
+
+// Pid is the process id of the redis-server child.
+func (r *Redis) Pid() int { return r.cmd.Process.Pid }
 
 // await polls ping every 50 ms for up to 10 s.
 func (r *Redis) await(ctx context.Context, ping func(context.Context) error) error {

@@ -79,12 +79,12 @@ func TestCLICancelDelayPeriodic(t *testing.T) {
 	// Periodic: ticks run once each although two schedulers submit them.
 	var ticks []string
 	f.waitFor(time.Minute, "three periodic runs", func() bool {
-		keys, err := f.rdb.Keys(context.Background(), "paddock:result:beat-*").Result()
+		keys, err := f.rdb.Keys(context.Background(), "paddock:result:default/beat-*").Result()
 		ticks = keys
 		return err == nil && len(keys) >= 3
 	})
 	for _, k := range ticks {
-		id := strings.TrimPrefix(k, "paddock:result:")
+		id := strings.TrimPrefix(k, "paddock:result:default/")
 		sec, err := strconv.ParseInt(strings.TrimPrefix(id, "beat-"), 10, 64)
 		require.NoError(t, err)
 		assert.Zero(t, sec%2, "tick %s is aligned to the 2 s period", id)

@@ -41,7 +41,7 @@ func TestDrainFinishesRunningJob(t *testing.T) {
 	assert.Equal(t, 1, r.Runs)
 	assert.Equal(t, w1.id, r.Worker)
 
-	_, err := f.store.Get(t.Context(), late)
+	_, err := f.store.Get(t.Context(), job.Key("", late))
 	require.Error(t, err, "a draining worker claimed a new job")
 	w2 := f.worker("w2")
 	lr := f.result(late, time.Minute)
@@ -78,7 +78,7 @@ func TestDrainKillsAndRequeuesAfterGrace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStatePending, st)
 	assert.Zero(t, retried, "a drained job is re-queued, not retried")
-	_, err = f.store.Get(t.Context(), id)
+	_, err = f.store.Get(t.Context(), job.Key("", id))
 	require.Error(t, err, "the interrupted job must not have a result")
 
 	w2 := f.worker("w2")

@@ -318,7 +318,7 @@ func (f *fleet) result(id string, timeout time.Duration) job.Result {
 // runs is the job's run counter (results.Store.BeginRun): how many times a
 // worker started it.
 func (f *fleet) runs(id string) int {
-	v, err := f.rdb.Get(context.Background(), "paddock:runs:"+id).Result()
+	v, err := f.rdb.Get(context.Background(), "paddock:runs:"+job.Key("", id)).Result()
 	if err != nil {
 		return 0
 	}
@@ -359,7 +359,7 @@ func (f *fleet) waitRunning(owner, marker string, timeout time.Duration) string 
 
 // taskState returns the state of id's asynq task in the default queue.
 func (f *fleet) taskState(id string) (asynq.TaskState, int, error) {
-	info, err := f.insp.GetTaskInfo(job.DefaultQueue, id)
+	info, err := f.insp.GetTaskInfo(job.DefaultQueue, job.Key("", id))
 	if err != nil {
 		return 0, 0, err
 	}

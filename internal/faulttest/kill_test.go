@@ -70,7 +70,7 @@ func TestKill9WorkerMidJob(t *testing.T) {
 		st, _, err := f.taskState(id)
 		return err == nil && st == asynq.TaskStateCompleted
 	})
-	stored, err := f.store.Get(t.Context(), id)
+	stored, err := f.store.Get(t.Context(), job.Key("", id))
 	require.NoError(t, err)
 	assert.Equal(t, r.FinishedAt.UnixNano(), stored.FinishedAt.UnixNano())
 }

@@ -78,7 +78,7 @@ func TestLoad(t *testing.T) {
 	// The per-job run counters: one start each, none doubled.
 	keys := make([]string, n)
 	for i, id := range ids {
-		keys[i] = "paddock:runs:" + id
+		keys[i] = "paddock:runs:" + job.Key("", id)
 	}
 	vals, err := f.rdb.MGet(ctx, keys...).Result()
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestLoad(t *testing.T) {
 	assert.Equal(t, n, total)
 	// One stored result per job, one message per job in the results stream,
 	// one completed task per job.
-	nres, err := f.rdb.Eval(ctx, `return #redis.call('KEYS', 'paddock:result:load-*')`, nil).Int()
+	nres, err := f.rdb.Eval(ctx, `return #redis.call('KEYS', 'paddock:result:default/load-*')`, nil).Int()
 	require.NoError(t, err)
 	assert.Equal(t, n, nres)
 	js, err := jetstream.New(f.nc)

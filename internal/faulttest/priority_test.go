@@ -25,7 +25,7 @@ func TestStrictPriority(t *testing.T) {
 	ids := f.submitAll(specs, time.Minute)
 	f.waitFor(30*time.Second, "every job enqueued", func() bool {
 		for _, s := range specs {
-			if _, err := f.insp.GetTaskInfo(s.Queue, s.ID); err != nil {
+			if _, err := f.insp.GetTaskInfo(s.Queue, job.Key("", s.ID)); err != nil {
 				return false
 			}
 		}

@@ -80,7 +80,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	f.worker("w2")
 	first := f.submitAll(specs("redis-a", 24, "sleep 0.5; echo a%d"), time.Minute)
 	f.waitFor(time.Minute, "the first results", func() bool {
-		_, err := f.store.Get(context.Background(), first[3])
+		_, err := f.store.Get(context.Background(), job.Key("", first[3]))
 		return err == nil
 	})
 	done := make(chan []string)
@@ -105,7 +105,7 @@ func TestNATSRestartMidRun(t *testing.T) {
 	f.worker("w2")
 	first := f.submitAll(specs("nats-a", 24, "sleep 0.5; echo a%d"), time.Minute)
 	f.waitFor(time.Minute, "the first results", func() bool {
-		_, err := f.store.Get(context.Background(), first[3])
+		_, err := f.store.Get(context.Background(), job.Key("", first[3]))
 		return err == nil
 	})
 	f.nats.Restart()
@@ -130,7 +130,7 @@ func TestNATSOutageDuringResults(t *testing.T) {
 	f.waitFor(time.Minute, "the jobs to start", func() bool { return f.runs(ids[0]) > 0 })
 	f.nats.Stop()
 	f.waitFor(time.Minute, "results recorded during the outage", func() bool {
-		_, err := f.store.Get(context.Background(), ids[2])
+		_, err := f.store.Get(context.Background(), job.Key("", ids[2]))
 		return err == nil
 	})
 	time.Sleep(15 * time.Second) // past the publish timeout of the first ones

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/paddockhq/paddock/internal/devstack"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/scheduler"
+	"github.com/paddockhq/paddock/tenant"
+)
+
+// tenantCmd is `paddock tenant add|ls|rm`: tenant administration against
+// the NATS server, with the admin credentials and the signing keys of the
+// local `paddock up` (<data-dir>/auth), or --creds and --auth-dir.
+func tenantCmd(g *globals) *cobra.Command {
+	var authDir string
+	cmd := &cobra.Command{
+		Use:   "tenant",
+		Short: "Add, list and remove tenants: who may submit, with their own credentials and quotas",
+		Long: `A tenant submits, reads and cancels only its own jobs: the NATS server enforces
+it through the permissions of the tenant's credentials. Against 'paddock up'
+these commands need nothing more (they use <data-dir>/auth); against a fleet of
+your own, give --creds (an admin user's) and --auth-dir (the account signing
+keys; see docs/operations.md for the nsc equivalent).`,
+	}
+	cmd.PersistentFlags().StringVar(&authDir, "auth-dir", "", "directory of the account's signing keys (default <data-dir>/auth)")
+	dir := func() string {
+		if authDir != "" {
+			return authDir
+		}
+		return g.authDir()
+	}
+	cmd.AddCommand(tenantAddCmd(g, dir), tenantSetCmd(g), tenantLsCmd(g), tenantRmCmd(g, dir))
+	return cmd
+}
+
+func tenantAddCmd(g *globals, authDir func() string) *cobra.Command {
+	var t tenant.Tenant
+	var out string
+	cmd := &cobra.Command{
+		Use:   "add NAME --out FILE",
+		Short: "Create a tenant and write its credentials file",
+		Example: `  paddock tenant add acme --max-queued 1000 --max-running 8 --rate 20 --out acme.creds
+  paddock --creds acme.creds submit --wait -- 'echo hi'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t.Name = args[0]
+			if err := t.Validate(); err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("--out FILE is required: where to write the tenant's credentials (0600)")
+			}
+			return addTenant(cmd.Context(), g, authDir(), t, out)
+		},
+	}
+	fs := cmd.Flags()
+	fs.Int64Var(&t.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running; the next submit is refused (0: no limit)")
+	fs.IntVar(&t.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once; more wait their turn (0: the scheduler's default)")
+	fs.IntVar(&t.Rate, "rate", 0, "at most this many jobs scheduled per second; more are rejected (0: no limit)")
+	fs.StringVar(&out, "out", "", "`file` to write the tenant's credentials to (0600)")
+	return cmd
+}
+
+// addTenant issues the tenant's user, writes its creds, creates its stream
+// (so that it can submit at once) and registers it.
+func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant, out string) error {
+	a, err := tenant.LoadAuthority(authDir) // fresh from disk: another process may have revoked users
+	if err != nil {
+		return fmt.Errorf("signing keys: %w", err)
+	}
+	creds, pub, err := a.IssueUser(tenant.RoleTenant, t.Name, "")
+	if err != nil {
+		return err
+	}
+	t.User = pub
+	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
+		if err := reg.Create(ctx, t); err != nil {
+			return err
+		}
+		if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
+			return err
+		}
+		if err := tenant.WriteCreds(out, creds); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "tenant %s added; credentials in %s (keep them secret)\nsubmit as it: paddock --creds %s submit --wait -- 'echo hi'\n", t.Name, out, out)
+		return nil
+	})
+}
+
+func tenantSetCmd(g *globals) *cobra.Command {
+	var q tenant.Tenant
+	cmd := &cobra.Command{
+		Use:     "set NAME [--max-queued N] [--max-running N] [--rate N]",
+		Short:   "Change a tenant's quotas (the schedulers apply them at once; its credentials stay)",
+		Example: `  paddock tenant set acme --max-queued 5000 --rate 0   # 0: no limit`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, fl := cmd.Context(), cmd.Flags()
+			return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
+				t, err := reg.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if fl.Changed("max-queued") {
+					t.MaxQueued = q.MaxQueued
+				}
+				if fl.Changed("max-running") {
+					t.MaxRunning = q.MaxRunning
+				}
+				if fl.Changed("rate") {
+					t.Rate = q.Rate
+				}
+				if err := t.Validate(); err != nil {
+					return err
+				}
+				if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
+					return err
+				}
+				if err := reg.Put(ctx, t); err != nil {
+					return err
+				}
+				return printTenants(g.stdout, []tenant.Tenant{t})
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.Int64Var(&q.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running (0: no limit)")
+	fs.IntVar(&q.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once (0: the scheduler's default)")
+	fs.IntVar(&q.Rate, "rate", 0, "at most this many jobs scheduled per second (0: no limit)")
+	return cmd
+}
+
+func tenantLsCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the tenants and their quotas",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withAdmin(cmd.Context(), g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
+				ts, err := reg.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if output == "json" {
+					return printJSONL(g.stdout, ts)
+				}
+				return printTenants(g.stdout, ts)
+			})
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func printTenants(w io.Writer, ts []tenant.Tenant) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMAX-QUEUED\tMAX-RUNNING\tRATE\tCREATED")
+	limit := func(n int64) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprint(n)
+	}
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, limit(t.MaxQueued), limit(int64(t.MaxRunning)), limit(int64(t.Rate)),
+			t.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func tenantRmCmd(g *globals, authDir func() string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a tenant: its credentials stop working at once (live connections are closed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return removeTenant(cmd.Context(), g, authDir(), args[0])
+		},
+	}
+}
+
+// removeTenant revokes the tenant's user (pushed to the server over the
+// system account, so it takes effect at once) and deletes its record. Its
+// stream, with any backlog, is kept for the operator to inspect or purge.
+func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
+	return withAdmin(ctx, g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
+		t, err := reg.Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		a, err := tenant.LoadAuthority(authDir)
+		if err != nil {
+			return fmt.Errorf("signing keys: %w", err)
+		}
+		if t.User != "" {
+			if err := a.Revoke(t.User); err != nil {
+				return err
+			}
+			if err := a.Save(authDir); err != nil {
+				return err
+			}
+			if err := pushAccount(ctx, g, a, authDir); err != nil {
+				return err
+			}
+		}
+		if err := reg.Delete(ctx, name); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "tenant %s removed; its credentials are revoked (its stream %s keeps any backlog)\n", name, job.JobsStream(name))
+		return nil
+	})
+}
+
+// pushAccount sends the re-signed account to the server as the system
+// account's user (<auth-dir>/creds/sys.creds).
+func pushAccount(ctx context.Context, g *globals, a *tenant.Authority, authDir string) error {
+	sys := filepath.Join(authDir, "creds", "sys.creds")
+	if !fileExists(sys) {
+		return fmt.Errorf("no system account credentials in %s: push the account yourself (nsc push) for the revocation to take effect", sys)
+	}
+	nc, err := g.connectAs(ctx, "paddock-tenant-admin", sys, "")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return a.PushAccount(ctx, nc)
+}
+
+// withAdmin runs fn with an admin connection's JetStream and the registry.
+func withAdmin(ctx context.Context, g *globals, fn func(jetstream.JetStream, *tenant.Registry) error) error {
+	creds, err := g.adminCreds()
+	if err != nil {
+		return err
+	}
+	nc, err := g.connectAs(ctx, "paddock-tenant-admin", creds, "")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	reg, err := tenant.NewRegistry(ctx, js)
+	if err != nil {
+		return err
+	}
+	return fn(js, reg)
+}
+
+// registryTenants is the scheduler's TenantSource: the default tenant,
+// plus every tenant of the registry as it changes.
+type registryTenants struct {
+	reg *tenant.Registry
+	log *slog.Logger
+}
+
+func newRegistryTenants(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*registryTenants, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := tenant.NewRegistry(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("tenant registry: %w", err)
+	}
+	return &registryTenants{reg: reg, log: log}, nil
+}
+
+func (r *registryTenants) Watch(ctx context.Context, fn func(scheduler.Quota, bool)) error {
+	fn(scheduler.Quota{Tenant: job.DefaultTenant}, false)
+	return r.reg.WatchFunc(ctx, func(e tenant.Event) {
+		switch {
+		case e.Err != nil:
+			r.log.Warn("tenant record ignored", "tenant", e.Name, "err", e.Err)
+		case e.Op == tenant.EventPut:
+			fn(scheduler.Quota{Tenant: e.Tenant.Name, MaxQueued: e.Tenant.MaxQueued, MaxRunning: e.Tenant.MaxRunning, Rate: e.Tenant.Rate}, false)
+		case e.Op == tenant.EventDelete:
+			fn(scheduler.Quota{Tenant: e.Name}, true)
+		}
+	})
+}
+
+// authCmd is `paddock auth init`: the credentials of a fleet of your own
+// (Compose, Kubernetes), in the layout `paddock up` keeps.
+func authCmd(g *globals) *cobra.Command {
+	var resolverDir string
+	cmd := &cobra.Command{Use: "auth", Short: "Credentials of a fleet: paddock auth init"}
+	initCmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create (or complete) <data-dir>/auth: signing keys, service and dev credentials, the NATS server config, the Redis password and ACL",
+		Long: `init writes, under <data-dir>/auth (0700; every file 0600), what a fleet needs
+to run authenticated, keeping whatever exists:
+  operator/account/system keys and JWTs     sign every credential (keep them offline)
+  creds/{admin,scheduler,worker,sys,dev}.creds
+  nats-auth.conf                            include it in nats-server.conf (operator mode)
+  redis.password, redis-users.acl           redis-server --aclfile redis-users.acl
+Rotation: docs/operations.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return authInit(g, resolverDir) },
+	}
+	initCmd.Flags().StringVar(&resolverDir, "nats-resolver-dir", "/data/jwt", "where the NATS server keeps account JWTs (absolute, a path in the NATS server's filesystem)")
+	cmd.AddCommand(initCmd)
+	return cmd
+}
+
+func authInit(g *globals, resolverDir string) error {
+	au, err := devstack.LoadOrCreateAuth(g.dataDirPath())
+	if err != nil {
+		return err
+	}
+	conf, err := au.Authority.ServerConfig(resolverDir)
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"nats-auth.conf":  conf,
+		"redis-users.acl": "user default off\nuser " + au.RedisUser + " on >" + au.RedisPassword + " ~* &* +@all\n",
+	}
+	for name, text := range files {
+		if err := tenant.WriteCreds(filepath.Join(au.Dir, name), []byte(text)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,sys,dev}.creds, nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
+	return nil
+}
+
+// ensureDevTenant registers the dev tenant of a new `paddock up` (its
+// credentials were issued with the authority).
+func ensureDevTenant(ctx context.Context, s *stack, au *devstack.Auth, log *slog.Logger) error {
+	if au.DevUser == "" {
+		return nil
+	}
+	reg, err := tenant.NewRegistry(ctx, s.js)
+	if err != nil {
+		return fmt.Errorf("tenant registry: %w", err)
+	}
+	if _, err := reg.Get(ctx, "dev"); err == nil || !errors.Is(err, tenant.ErrNotFound) {
+		return err
+	}
+	if au.Authority.Revoked(au.DevUser) {
+		return nil // removed with `paddock tenant rm dev`: it stays removed
+	}
+	if err := reg.Create(ctx, tenant.Tenant{Name: "dev", User: au.DevUser}); err != nil && !errors.Is(err, tenant.ErrExists) {
+		return err
+	}
+	log.Info("created tenant dev", "creds", au.DevCreds)
+	return nil
+}

@@ -1,0 +1,179 @@
+package devstack
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/paddockhq/paddock/tenant"
+)
+
+// DevTenant is the tenant LoadOrCreateAuth issues first.
+const DevTenant = "dev"
+
+// Auth is the generated security state of `paddock up`, kept under
+// <data dir>/auth (0700, every file 0600):
+//
+//	operator.nk operator.jwt sys.nk sys.jwt account.nk account.jwt   the Authority
+//	creds/admin.creds creds/scheduler.creds creds/worker.creds       service users
+//	creds/sys.creds                                                  system-account user (PushAccount)
+//	creds/dev.creds                                                  the first tenant, dev
+//	redis.password                                                   the Redis password of DefaultRedisUser
+type Auth struct {
+	// Dir is <data dir>/auth.
+	Dir string
+	// Authority signs every credential; pass it as NATSConfig.Auth.
+	Authority *tenant.Authority
+	// Created is true when this call created the authority.
+	Created bool
+	// Paths of the credentials files.
+	AdminCreds, SchedulerCreds, WorkerCreds, SysCreds string
+	// DevCreds is the path of the dev tenant's credentials, issued with a
+	// new authority only (so that a removed dev tenant stays removed); empty
+	// when the file does not exist.
+	DevCreds string
+	// DevUser is the public key of the user in DevCreds, for the dev
+	// tenant's registry record (tenant.Tenant.User).
+	DevUser string
+	// RedisUser and RedisPassword are Redis's credentials (RedisConfig);
+	// RedisPasswordFile holds the password.
+	RedisUser, RedisPassword, RedisPasswordFile string
+}
+
+// LoadOrCreateAuth loads the Auth kept in dataDir/auth, creating what is
+// missing: the authority (tenant.LoadOrCreateAuthority), a service's
+// credentials file that is missing, revoked or not of this authority, and
+// the Redis password. It refuses a seed, credentials or password file that
+// others may read (chmod 600 it).
+func LoadOrCreateAuth(dataDir string) (*Auth, error) {
+	dir := filepath.Join(dataDir, "auth")
+	a, created, err := tenant.LoadOrCreateAuthority(dir)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	creds := filepath.Join(dir, "creds")
+	au := &Auth{Dir: dir, Authority: a, Created: created, RedisUser: DefaultRedisUser,
+		AdminCreds: filepath.Join(creds, "admin.creds"), SchedulerCreds: filepath.Join(creds, "scheduler.creds"),
+		WorkerCreds: filepath.Join(creds, "worker.creds"), SysCreds: filepath.Join(creds, "sys.creds"),
+		RedisPasswordFile: filepath.Join(dir, "redis.password")}
+	for path, role := range map[string]tenant.Role{au.AdminCreds: tenant.RoleAdmin,
+		au.SchedulerCreds: tenant.RoleScheduler, au.WorkerCreds: tenant.RoleWorker} {
+		issue := func() ([]byte, string, error) { return a.IssueUser(role, "", "") }
+		if _, err := ensureCreds(a, path, a.AccountKey(), issue); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := ensureCreds(a, au.SysCreds, a.SystemAccountKey(), a.IssueSystemUser); err != nil {
+		return nil, err
+	}
+	if err := au.ensureDev(creds); err != nil {
+		return nil, err
+	}
+	if au.RedisPassword, err = ensurePassword(au.RedisPasswordFile); err != nil {
+		return nil, err
+	}
+	return au, nil
+}
+
+// ensureDev issues the dev tenant with a new authority, and otherwise
+// reads the one that exists.
+func (au *Auth) ensureDev(credsDir string) error {
+	path := filepath.Join(credsDir, DevTenant+".creds")
+	if au.Created {
+		issue := func() ([]byte, string, error) { return au.Authority.IssueUser(tenant.RoleTenant, DevTenant, "") }
+		pub, err := ensureCreds(au.Authority, path, au.Authority.AccountKey(), issue)
+		au.DevCreds, au.DevUser = path, pub
+		return err
+	}
+	b, err := readPrivate(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	u, err := tenant.UserOfCreds(b)
+	if err != nil {
+		return fmt.Errorf("devstack: %s: %w", path, err)
+	}
+	au.DevCreds, au.DevUser = path, u.Key
+	return nil
+}
+
+// ensureCreds keeps the credentials file at path when it holds a user of
+// account that a has not revoked, and otherwise writes new ones from
+// issue. It returns the user's public key.
+func ensureCreds(a *tenant.Authority, path, account string, issue func() ([]byte, string, error)) (string, error) {
+	b, err := readPrivate(path)
+	switch {
+	case err == nil:
+		if u, err := tenant.UserOfCreds(b); err == nil && u.Account == account && !a.Revoked(u.Key) {
+			return u.Key, nil
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	}
+	creds, pub, err := issue()
+	if err != nil {
+		return "", fmt.Errorf("devstack: %s: %w", path, err)
+	}
+	if err := tenant.WriteCreds(path, creds); err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	return pub, nil
+}
+
+// ensurePassword reads the password in path, or writes a new random one.
+func ensurePassword(path string) (string, error) {
+	b, err := readPrivate(path)
+	if err == nil {
+		if pw := strings.TrimSpace(string(b)); pw != "" {
+			return pw, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	pw := hex.EncodeToString(raw)
+	if err := writePrivate(path, []byte(pw+"\n")); err != nil {
+		return "", err
+	}
+	return pw, nil
+}
+
+// readPrivate reads a file that only its owner may read (the error wraps
+// fs.ErrNotExist when it is missing).
+func readPrivate(path string) ([]byte, error) {
+	if err := tenant.CheckPrivateFile(path); err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	return b, nil
+}
+
+// writePrivate replaces path with data, the file 0600 and its directory
+// 0700 when created.
+func writePrivate(path string, data []byte) error {
+	if err := tenant.WriteCreds(path, data); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	return nil
+}
+
+// RedisURL is the redis:// URL of addr with au's Redis credentials.
+func (au *Auth) RedisURL(addr Addr) string {
+	u := url.URL{Scheme: "redis", User: url.UserPassword(au.RedisUser, au.RedisPassword), Host: addr.String()}
+	return u.String()
+}

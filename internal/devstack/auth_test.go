@@ -1,0 +1,242 @@
+package devstack_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/internal/devstack"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/tenant"
+)
+
+// assertPrivate checks that every file under dir is 0600 and every
+// directory 0700.
+func assertPrivate(t *testing.T, dir string) {
+	t.Helper()
+	n := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		fi, err := d.Info()
+		require.NoError(t, err)
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		assert.Equal(t, want, fi.Mode().Perm(), path)
+		n++
+		return nil
+	}))
+	assert.Equal(t, 1+6+1+5+1, n, "auth, the authority, creds/ and its 5 files, redis.password")
+}
+
+func TestLoadOrCreateAuth(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	a, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	assert.True(t, a.Created)
+	assert.Equal(t, filepath.Join(data, "auth"), a.Dir)
+	assertPrivate(t, a.Dir)
+	assert.Len(t, a.RedisPassword, 48)
+	assert.Equal(t, "paddock", a.RedisUser)
+	name, err := tenant.TenantOfCredsFile(a.DevCreds)
+	require.NoError(t, err)
+	assert.Equal(t, devstack.DevTenant, name)
+	for path, role := range map[string]tenant.Role{a.AdminCreds: tenant.RoleAdmin, a.SchedulerCreds: tenant.RoleScheduler,
+		a.WorkerCreds: tenant.RoleWorker} {
+		u := userOf(t, path)
+		assert.Equal(t, role, u.Role, path)
+		assert.Equal(t, a.Authority.AccountKey(), u.Account, path)
+	}
+	assert.Equal(t, a.Authority.SystemAccountKey(), userOf(t, a.SysCreds).Account)
+	before := readAll(t, a.Dir)
+
+	b, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	assert.False(t, b.Created)
+	assert.Equal(t, before, readAll(t, b.Dir), "a second start reuses everything")
+	assert.Equal(t, a.RedisPassword, b.RedisPassword)
+	assert.Equal(t, a.DevUser, b.DevUser)
+
+	// A missing service creds file is issued again; a removed dev tenant
+	// stays removed.
+	require.NoError(t, os.Remove(a.SchedulerCreds))
+	require.NoError(t, os.Remove(a.DevCreds))
+	c, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	assert.Equal(t, tenant.RoleScheduler, userOf(t, c.SchedulerCreds).Role)
+	assert.Empty(t, c.DevCreds)
+
+	require.NoError(t, os.Chmod(a.RedisPasswordFile, 0o644))
+	_, err = devstack.LoadOrCreateAuth(data)
+	require.ErrorIs(t, err, tenant.ErrInsecureFile)
+	assert.Contains(t, err.Error(), "chmod 600 "+a.RedisPasswordFile)
+}
+
+func userOf(t *testing.T, path string) tenant.User {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	u, err := tenant.UserOfCreds(b)
+	require.NoError(t, err)
+	return u
+}
+
+func readAll(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	all := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, rerr := os.ReadFile(path)
+			require.NoError(t, rerr)
+			all[path] = string(b)
+		}
+		return err
+	}))
+	return all
+}
+
+func startAuthNATS(t *testing.T, a *devstack.Auth, store string) (*server.Server, string) {
+	t.Helper()
+	addr := devstack.Addr{Host: "127.0.0.1", Port: freePort(t)}
+	ns, err := devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: store, Auth: a.Authority})
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns, "nats://" + addr.String()
+}
+
+func TestAuthenticatedNATS(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	a, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	_, url := startAuthNATS(t, a, filepath.Join(data, "nats"))
+
+	_, err = nats.Connect(url, nats.NoReconnect())
+	require.ErrorIs(t, err, nats.ErrAuthorization, "an anonymous client is refused")
+	assert.Contains(t, err.Error(), "Authorization Violation")
+
+	admin, err := nats.Connect(url, nats.UserCredentials(a.AdminCreds))
+	require.NoError(t, err)
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	ctx := context.Background()
+	info, err := js.AccountInfo(ctx)
+	require.NoError(t, err, "JetStream is on in the PADDOCK account")
+	assert.Zero(t, info.Streams)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: job.JobsStream("dev"), Subjects: []string{job.SubmitSubject("dev")}})
+	require.NoError(t, err)
+
+	dev, err := nats.Connect(url, nats.UserCredentials(a.DevCreds), nats.CustomInboxPrefix(job.InboxPrefix("dev")))
+	require.NoError(t, err)
+	defer dev.Close()
+	djs, err := jetstream.New(dev)
+	require.NoError(t, err)
+	ack, err := djs.Publish(ctx, job.SubmitSubject("dev"), []byte("spec"))
+	require.NoError(t, err, "the dev tenant submits")
+	assert.Equal(t, job.JobsStream("dev"), ack.Stream)
+
+	// Revoke dev over the system account: its next connection is refused.
+	sys, err := nats.Connect(url, nats.UserCredentials(a.SysCreds))
+	require.NoError(t, err)
+	defer sys.Close()
+	require.NoError(t, a.Authority.Revoke(a.DevUser))
+	require.NoError(t, a.Authority.PushAccount(ctx, sys))
+	_, err = nats.Connect(url, nats.UserCredentials(a.DevCreds), nats.NoReconnect())
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+}
+
+func TestAuthenticatedNATSAfterARestart(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	a, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	ns, url := startAuthNATS(t, a, filepath.Join(data, "nats"))
+	admin, err := nats.Connect(url, nats.UserCredentials(a.AdminCreds))
+	require.NoError(t, err)
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept"}})
+	require.NoError(t, err)
+	admin.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	b, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	_, url = startAuthNATS(t, b, filepath.Join(data, "nats"))
+	admin, err = nats.Connect(url, nats.UserCredentials(b.AdminCreds))
+	require.NoError(t, err, "the kept creds still work")
+	defer admin.Close()
+	js, err = jetstream.New(admin)
+	require.NoError(t, err)
+	_, err = js.Stream(context.Background(), "KEPT")
+	assert.NoError(t, err, "the stream survived in the PADDOCK account")
+}
+
+func TestRedisWithPassword(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "redis")
+	const pw = "3f1c9e0d2b7a4c5e8f60a1b2c3d4e5f6"
+	ra := devstack.Addr{Host: "127.0.0.1", Port: freePort(t)}
+	opts, err := redis.ParseURL("redis://paddock:" + pw + "@" + ra.String())
+	require.NoError(t, err)
+	good := redis.NewClient(opts)
+	defer good.Close()
+	r, err := devstack.StartRedis(context.Background(), devstack.RedisConfig{Addr: ra, Dir: dir, Password: pw,
+		Ping: func(ctx context.Context) error { return good.Ping(ctx).Err() }})
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	ctx := context.Background()
+	require.NoError(t, good.Set(ctx, "k", "v", 0).Err(), "the paddock user may write")
+	require.NoError(t, good.Publish(ctx, "channel", "m").Err(), "and publish")
+
+	anon := redis.NewClient(&redis.Options{Addr: ra.String()})
+	defer anon.Close()
+	err = anon.Get(ctx, "k").Err()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "NOAUTH", "no password, no access")
+
+	wrong := redis.NewClient(&redis.Options{Addr: ra.String(), Username: "paddock", Password: "guess"})
+	defer wrong.Close()
+	err = wrong.Ping(ctx).Err()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "WRONGPASS")
+	deflt := redis.NewClient(&redis.Options{Addr: ra.String(), Password: pw})
+	defer deflt.Close()
+	assert.Error(t, deflt.Ping(ctx).Err(), "the default user is off, even with the password")
+
+	cmdline, err := os.ReadFile("/proc/" + itoa(r.Pid()) + "/cmdline")
+	require.NoError(t, err)
+	assert.Contains(t, string(cmdline), "redis-server", "the right process")
+	assert.NotContains(t, string(cmdline), pw, "the password is in no argument")
+	fi, err := os.Stat(filepath.Join(dir, "redis.conf"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+func TestRedisRefusesAPasswordThatWouldBreakItsConfig(t *testing.T) {
+	t.Parallel()
+	for _, pw := range []string{"two words", "line\nuser evil on nopass", `quo"te`} {
+		_, err := devstack.StartRedis(context.Background(), devstack.RedisConfig{Addr: devstack.Addr{Host: "127.0.0.1", Port: freePort(t)},
+			Dir: t.TempDir(), Password: pw, Ping: func(context.Context) error { return errors.New("never") }})
+		require.Error(t, err, "%q", pw)
+		assert.Contains(t, err.Error(), "must not hold spaces")
+		assert.NotContains(t, err.Error(), pw)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

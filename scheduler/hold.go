@@ -1,0 +1,154 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddockhq/paddock/internal/startstop"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+)
+
+// holds keeps the messages of enqueued jobs unacknowledged until the job
+// has a result. That is the admission in front of asynq, which cannot add
+// a queue per tenant at run time:
+//   - a tenant's consumer delivers at most MaxAckPending messages (its
+//     max-running), so its backlog waits in its own stream, in order, and
+//     the NATS server enforces the bound across every scheduler;
+//   - Config.Slots bounds what this scheduler holds over all tenants, and
+//     the readers waiting for a slot take freed ones in turn, so a tenant
+//     with one job is not queued behind another's ten thousand (fair share).
+//
+// A held message is acknowledged when its result is published (the
+// scheduler subscribes to every result) or, should that message be missed,
+// found in Redis every HoldCheck. It is kept alive with InProgress every
+// AckWait/3. When the scheduler stops, held messages are left
+// unacknowledged: after AckWait another scheduler gets them, finds the task
+// already enqueued and holds them in turn.
+type holds struct {
+	s     *Scheduler
+	slots chan struct{} // a token per slot in use; nil: no bound
+	sub   *nats.Subscription
+	svc   startstop.Service
+
+	mu sync.Mutex
+	m  map[string]jetstream.Msg // job key → its held message
+}
+
+func newHolds(s *Scheduler) (*holds, error) {
+	h := &holds{s: s, m: map[string]jetstream.Msg{}}
+	if s.cfg.Slots > 0 {
+		h.slots = make(chan struct{}, s.cfg.Slots)
+	}
+	sub, err := s.js.Conn().Subscribe(job.SubjectResultPrefix+">", h.onResult)
+	if err != nil {
+		return nil, err
+	}
+	h.sub = sub
+	every := min(s.cfg.HoldCheck, s.cfg.AckWait/3)
+	if err := h.svc.Start(context.Background(), startstop.Every(every, h.check)); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return h, nil
+}
+
+// acquire waits for a free slot; false when stop closes first. Waiters are
+// served in arrival order (a channel's senders queue), so tenants waiting
+// with a message each take freed slots in turn.
+func (h *holds) acquire(stop <-chan struct{}) bool {
+	if h.slots == nil {
+		return true
+	}
+	select {
+	case h.slots <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// release frees a slot taken by acquire.
+func (h *holds) release() {
+	if h.slots != nil {
+		<-h.slots
+	}
+}
+
+// add holds msg, whose job (key) is in the queue, until the job's result.
+func (h *holds) add(key string, msg jetstream.Msg) {
+	h.mu.Lock()
+	if _, dup := h.m[key]; dup {
+		h.mu.Unlock()
+		_ = msg.Ack() // an older delivery of the same job is held already
+		h.release()
+		return
+	}
+	h.m[key] = msg
+	h.mu.Unlock()
+}
+
+// done acknowledges the held message of key, if any, and frees its slot.
+func (h *holds) done(key string) {
+	h.mu.Lock()
+	msg, ok := h.m[key]
+	delete(h.m, key)
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(ctx); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		h.s.warnf("scheduler: ack of a finished job failed; the message is redelivered and found finished", "job", key, "err", err)
+	}
+	h.release()
+}
+
+func (h *holds) onResult(m *nats.Msg) {
+	if tenant, id, ok := job.ParseResultSubject(m.Subject); ok {
+		h.done(job.Key(tenant, id))
+	}
+}
+
+// check keeps the held messages alive and acknowledges those whose result
+// is in Redis (a missed result message).
+func (h *holds) check(ctx context.Context) {
+	h.mu.Lock()
+	held := make(map[string]jetstream.Msg, len(h.m))
+	for k, m := range h.m {
+		held[k] = m
+	}
+	h.mu.Unlock()
+	for key, msg := range held {
+		if _, err := h.s.store.Get(ctx, key); err == nil {
+			h.done(key)
+			continue
+		} else if !errors.Is(err, results.ErrNotFound) && ctx.Err() == nil {
+			h.s.warnf("scheduler: checking a held job failed; retrying", "job", key, "err", err)
+		}
+		_ = msg.InProgress()
+	}
+}
+
+// held is the number of messages held now.
+func (h *holds) held() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
+// stop ends the subscription and the checks; held messages stay
+// unacknowledged (see holds).
+func (h *holds) stop() {
+	_ = h.sub.Unsubscribe()
+	h.svc.Stop()
+	h.mu.Lock()
+	h.m = map[string]jetstream.Msg{}
+	h.mu.Unlock()
+}

@@ -1,0 +1,123 @@
+package tenant
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// Role is what a NATS user of Paddock is for; it decides the user's
+// permissions (Permissions).
+type Role string
+
+// The roles.
+const (
+	// RoleTenant is a tenant's pipeline (the client SDK, the CLI's submit):
+	// it may submit and cancel its own jobs and read its own results, and
+	// nothing else.
+	RoleTenant Role = "tenant"
+	// RoleScheduler is the scheduler service.
+	RoleScheduler Role = "scheduler"
+	// RoleWorker is the worker service.
+	RoleWorker Role = "worker"
+	// RoleAdmin may do everything in the PADDOCK account: `paddock tenant
+	// add/ls/rm`, the local operator, stream management.
+	RoleAdmin Role = "admin"
+)
+
+// ErrRole is wrapped by the errors about an unknown role or a role used
+// with or without a tenant where it should not be.
+var ErrRole = errors.New("tenant: bad role")
+
+// SubjectOutputPrefix + tenant + "." + … carries the live output of a
+// tenant's jobs.
+const SubjectOutputPrefix = "paddock.output."
+
+// Grant lists the subjects a role may publish and subscribe to (NATS
+// wildcards allowed). Everything else is denied.
+type Grant struct {
+	Pub []string
+	Sub []string
+}
+
+// serviceGrants are the grants of the services. They are the minimum the
+// services were expected to need when this package was written (JetStream
+// API and acks, KV of the tenant registry, flow control, inboxes); adjust
+// them here when a service is found to need another subject (the server
+// logs a "Permissions Violation" naming it).
+var serviceGrants = map[Role]Grant{
+	RoleScheduler: {
+		Pub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>"},
+		Sub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>"},
+	},
+	RoleWorker: {
+		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>"},
+		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">"},
+	},
+	RoleAdmin: {Pub: []string{">"}, Sub: []string{">"}},
+}
+
+// tenantGrant is the grant of tenant t: submit and cancel as t, read t's
+// results (live, and the last one of a job by a JetStream direct get), t's
+// live output, and replies on t's own inbox prefix (job.InboxPrefix; the
+// tenant's connections must use it: nats.CustomInboxPrefix).
+func tenantGrant(t string) Grant {
+	return Grant{
+		Pub: []string{
+			job.SubmitSubject(t),
+			job.CancelRequestSubject(t),
+			"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
+		},
+		Sub: []string{
+			job.InboxPrefix(t) + ".>",
+			job.ResultSubjects(t),
+			SubjectOutputPrefix + t + ".>",
+		},
+	}
+}
+
+// GrantOf returns the subjects role may use; tenant names the tenant of
+// RoleTenant and must be empty for the other roles.
+func GrantOf(role Role, tenant string) (Grant, error) {
+	if role == RoleTenant {
+		if err := job.CheckTenant(tenant); err != nil {
+			return Grant{}, fmt.Errorf("%w: %w", ErrRole, err)
+		}
+		return tenantGrant(tenant), nil
+	}
+	g, ok := serviceGrants[role]
+	if !ok {
+		return Grant{}, fmt.Errorf("%w: %q: use tenant, scheduler, worker or admin", ErrRole, role)
+	}
+	if tenant != "" {
+		return Grant{}, fmt.Errorf("%w: role %s belongs to no tenant (got %q)", ErrRole, role, tenant)
+	}
+	return Grant{Pub: append([]string(nil), g.Pub...), Sub: append([]string(nil), g.Sub...)}, nil
+}
+
+// Permissions returns the NATS permissions of role (see GrantOf). It never
+// returns empty permissions, which NATS would read as "allow everything".
+func Permissions(role Role, tenant string) (jwt.Permissions, error) {
+	g, err := GrantOf(role, tenant)
+	if err != nil {
+		return jwt.Permissions{}, err
+	}
+	var p jwt.Permissions
+	p.Pub.Allow.Add(g.Pub...)
+	p.Sub.Allow.Add(g.Sub...)
+	return p, nil
+}
+
+// ParseRole reads a role name.
+func ParseRole(s string) (Role, error) {
+	r := Role(s)
+	if r != RoleTenant {
+		if _, ok := serviceGrants[r]; !ok {
+			return "", fmt.Errorf("%w: %q: use tenant, scheduler, worker or admin", ErrRole, s)
+		}
+	}
+	return r, nil
+}

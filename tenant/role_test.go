@@ -1,0 +1,72 @@
+package tenant_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/tenant"
+)
+
+func TestTenantGrantIsExactlyItsSubjects(t *testing.T) {
+	t.Parallel()
+	p, err := tenant.Permissions(tenant.RoleTenant, "dev")
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"paddock.jobs.submit.dev", "paddock.api.cancel.dev",
+		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>"}, []string(p.Pub.Allow))
+	assert.ElementsMatch(t, []string{"_INBOX.dev.>", "paddock.results.dev.>", "paddock.output.dev.>"}, []string(p.Sub.Allow))
+	assert.Empty(t, p.Pub.Deny)
+	assert.Empty(t, p.Sub.Deny)
+	assert.Nil(t, p.Resp)
+	assert.Contains(t, p.Pub.Allow, job.SubmitSubject("dev"))
+}
+
+func TestNoRoleHasEmptyPermissions(t *testing.T) {
+	t.Parallel()
+	// Empty permissions mean "allow everything" to NATS.
+	for _, role := range []tenant.Role{tenant.RoleScheduler, tenant.RoleWorker, tenant.RoleAdmin} {
+		p, err := tenant.Permissions(role, "")
+		require.NoError(t, err, role)
+		assert.NotEmpty(t, p.Pub.Allow, role)
+		assert.NotEmpty(t, p.Sub.Allow, role)
+	}
+	admin, err := tenant.Permissions(tenant.RoleAdmin, "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{">"}, []string(admin.Pub.Allow))
+}
+
+func TestBadRoles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		role   tenant.Role
+		tenant string
+		want   string
+	}{
+		{tenant.RoleTenant, "", "1 to 32"},
+		{tenant.RoleTenant, "Bad.Name", "[a-z0-9-]"},
+		{tenant.RoleTenant, ">", "[a-z0-9-]"},
+		{tenant.RoleScheduler, "dev", "belongs to no tenant"},
+		{tenant.Role("root"), "", "use tenant, scheduler, worker or admin"},
+	} {
+		_, err := tenant.Permissions(tc.role, tc.tenant)
+		require.ErrorIs(t, err, tenant.ErrRole, "%s %q", tc.role, tc.tenant)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	r, err := tenant.ParseRole("worker")
+	require.NoError(t, err)
+	assert.Equal(t, tenant.RoleWorker, r)
+	_, err = tenant.ParseRole("superuser")
+	assert.ErrorIs(t, err, tenant.ErrRole)
+}
+
+func TestGrantOfReturnsACopy(t *testing.T) {
+	t.Parallel()
+	g, err := tenant.GrantOf(tenant.RoleWorker, "")
+	require.NoError(t, err)
+	g.Pub[0] = ">"
+	again, err := tenant.GrantOf(tenant.RoleWorker, "")
+	require.NoError(t, err)
+	assert.NotEqual(t, ">", again.Pub[0])
+}

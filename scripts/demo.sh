@@ -9,6 +9,9 @@ bin=bin/paddock
 data=$(mktemp -d /tmp/paddock-demo.XXXXXX)
 log="$data/up.log"
 ready="$data/ready"
+# The stack's state, credentials included, lives in $data: the CLI finds the
+# dev tenant's credentials there.
+export PADDOCK_DATA_DIR="$data"
 
 stop() {
 	if [[ -n "${up_pid:-}" ]] && kill -0 "$up_pid" 2>/dev/null; then
@@ -19,7 +22,7 @@ stop() {
 trap stop EXIT
 
 echo "demo: starting the stack (paddock up; log: $log)"
-"$bin" up --data-dir "$data" --ready-file "$ready" >"$log" 2>&1 &
+"$bin" up --ready-file "$ready" >"$log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 600); do
 	[[ -f "$ready" ]] && break
@@ -32,6 +35,7 @@ for _ in $(seq 1 600); do
 done
 [[ -f "$ready" ]] || { echo "demo: the stack was not ready after 60 s; log:" >&2; cat "$log" >&2; exit 1; }
 grep -E '^paddock: up' "$log" || true
+echo "demo: auth is on (NATS operator mode, Redis ACL); the CLI acts as tenant dev ($data/auth/creds/dev.creds)"
 
 echo
 echo "demo: submitting $(grep -vc '^#' examples/demo.jsonl) jobs and one invalid job"

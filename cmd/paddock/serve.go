@@ -304,8 +304,9 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 		return err
 	}
 	fmt.Fprintf(g.stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d, volumes in %s\n"+
-		"paddock: submit with: paddock submit --wait -- 'echo hi'   (Ctrl-C stops)\n",
-		time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), f.wf.concurrency, f.wf.poolSize, f.wf.volumeRoot)
+		"paddock: submit with: paddock%s submit --wait -- 'echo hi'   (as tenant dev; Ctrl-C stops)\n",
+		time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), f.wf.concurrency, f.wf.poolSize, f.wf.volumeRoot,
+		dataDirHint(f.dataDir))
 	if f.readyFile != "" {
 		_ = os.WriteFile(f.readyFile, []byte("ready\n"), 0o644)
 		defer os.Remove(f.readyFile)
@@ -449,4 +450,13 @@ func ensureRedis(ctx context.Context, g *globals, dir string, au *devstack.Auth)
 		return nil, fmt.Errorf("no Redis at %s, and %w", redact.URL(url), err)
 	}
 	return r.Stop, nil
+}
+
+// dataDirHint is the --data-dir a client needs to find this stack's
+// credentials, when it is not the default.
+func dataDirHint(dir string) string {
+	if dir == defaultDataDir() || os.Getenv("PADDOCK_DATA_DIR") == dir {
+		return ""
+	}
+	return " --data-dir " + dir
 }

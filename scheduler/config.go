@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/paddockhq/paddock/telemetry"
@@ -84,6 +85,11 @@ type Config struct {
 	// tenant's job waits for one freed slot, never behind another tenant's
 	// admitted jobs (docs/scheduling.md has the measurement).
 	Slots int
+	// AutoSlots, when set, sizes Slots at start and every 10 s instead
+	// (every 2 s while it returns 0: no worker yet) (it
+	// returns the fleet's job slots for this scheduler; cmd/paddock counts
+	// the workers' concurrency and the schedulers in Redis). At least 1.
+	AutoSlots func(context.Context) (int, error)
 	// HoldCheck is how often held jobs are checked for a result that the
 	// result subscription missed. Default 2s.
 	HoldCheck time.Duration

@@ -32,19 +32,21 @@ import (
 // already enqueued and holds them in turn.
 type holds struct {
 	s     *Scheduler
-	slots chan struct{} // a token per slot in use; nil: no bound
+	slots *slots
 	sub   *nats.Subscription
 	svc   startstop.Service
+	sizer startstop.Service // AutoSlots
+	// resized and empty belong to the sizer's goroutine (and newHolds,
+	// before it starts).
+	resized time.Time
+	empty   bool
 
 	mu sync.Mutex
 	m  map[string]jetstream.Msg // job key → its held message
 }
 
 func newHolds(s *Scheduler) (*holds, error) {
-	h := &holds{s: s, m: map[string]jetstream.Msg{}}
-	if s.cfg.Slots > 0 {
-		h.slots = make(chan struct{}, s.cfg.Slots)
-	}
+	h := &holds{s: s, m: map[string]jetstream.Msg{}, slots: newSlots(s.cfg.Slots)}
 	sub, err := s.js.Conn().Subscribe(job.SubjectResultPrefix+">", h.onResult)
 	if err != nil {
 		return nil, err
@@ -55,30 +57,47 @@ func newHolds(s *Scheduler) (*holds, error) {
 		_ = sub.Unsubscribe()
 		return nil, err
 	}
+	if s.cfg.AutoSlots != nil {
+		h.resize(context.Background())
+		if err := h.sizer.Start(context.Background(), startstop.Every(2*time.Second, h.maybeResize)); err != nil {
+			h.stop()
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
-// acquire waits for a free slot; false when stop closes first. Waiters are
-// served in arrival order (a channel's senders queue), so tenants waiting
-// with a message each take freed slots in turn.
-func (h *holds) acquire(stop <-chan struct{}) bool {
-	if h.slots == nil {
-		return true
-	}
-	select {
-	case h.slots <- struct{}{}:
-		return true
-	case <-stop:
-		return false
+// maybeResize resizes every 10 s, and every 2 s while the fleet has no
+// job slots (a scheduler started before its workers).
+func (h *holds) maybeResize(ctx context.Context) {
+	if time.Since(h.resized) >= 10*time.Second || h.empty {
+		h.resize(ctx)
 	}
 }
 
-// release frees a slot taken by acquire.
-func (h *holds) release() {
-	if h.slots != nil {
-		<-h.slots
+// resize sets the slots to Config.AutoSlots (at least 1); on an error the
+// size stays.
+func (h *holds) resize(ctx context.Context) {
+	h.resized = time.Now()
+	n, err := h.s.cfg.AutoSlots(ctx)
+	h.empty = err == nil && n == 0
+	if err != nil {
+		h.s.warnf("scheduler: sizing the fair-share slots failed; keeping the size", "slots", h.slots.size(), "err", err)
+		return
+	}
+	if n = max(n, 1); n != h.slots.size() {
+		h.slots.setLimit(n)
+		h.s.log.InfoContext(ctx, "fair-share slots", "slots", n)
 	}
 }
+
+// acquire waits for a free slot; false when stop closes first. Waiters are
+// served in arrival order (slots.go), so tenants waiting with a message
+// each take freed slots in turn.
+func (h *holds) acquire(stop <-chan struct{}) bool { return h.slots.acquire(stop) }
+
+// release frees a slot taken by acquire.
+func (h *holds) release() { h.slots.release() }
 
 // add holds msg, whose job (key) is in the queue, until the job's result.
 func (h *holds) add(key string, msg jetstream.Msg) {
@@ -148,6 +167,7 @@ func (h *holds) held() int {
 func (h *holds) stop() {
 	_ = h.sub.Unsubscribe()
 	h.svc.Stop()
+	h.sizer.Stop()
 	h.mu.Lock()
 	h.m = map[string]jetstream.Msg{}
 	h.mu.Unlock()

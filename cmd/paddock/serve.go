@@ -40,7 +40,7 @@ type schedFlags struct {
 	resultsMaxBytes int64
 	maxResultBytes  int
 	maxRunning      int
-	slots           int
+	slots           string
 }
 
 func (s *schedFlags) register(cmd *cobra.Command) {
@@ -52,7 +52,7 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Int64Var(&s.resultsMaxBytes, "results-max-bytes", results.DefaultResultsMaxBytes, "size cap of the results stream; when full, the oldest results leave NATS first (Redis keeps them)")
 	cmd.Flags().IntVar(&s.maxResultBytes, "max-result-bytes", results.DefaultMaxResultBytes, "bound of one stored result's JSON (escaping counted); larger outputs are cut in the middle")
 	cmd.Flags().IntVar(&s.maxRunning, "tenant-max-running", 64, "a tenant's jobs in the queue or running at once when its record sets no max-running")
-	cmd.Flags().IntVar(&s.slots, "slots", 0, "jobs this scheduler keeps in the queue or running over all tenants; waiting tenants take freed slots in turn (fair share). Set it to the fleet's job slots (workers × concurrency); 0: no bound, one FIFO queue (up: its worker's concurrency)")
+	cmd.Flags().StringVar(&s.slots, "slots", "auto", "jobs this scheduler keeps in the queue or running over all tenants; waiting tenants take freed slots in turn (fair share). auto: the fleet's job slots (the workers' concurrency) shared among the schedulers, every 10 s; or a number; 0: no bound, one FIFO queue")
 }
 
 // streams is the size of the JetStream streams the flags ask for.
@@ -63,10 +63,11 @@ func (s *schedFlags) streams() results.StreamConfig {
 
 // stack is the set of connections a service holds.
 type stack struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	rdb *redis.Client
-	st  *results.Store
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	rdb     *redis.Client
+	st      *results.Store
+	closers []func() // run first by close, in order
 }
 
 // openStack connects a service to NATS (with creds; "" = --creds) and
@@ -99,6 +100,9 @@ func openStack(ctx context.Context, g *globals, sf *schedFlags, name, creds stri
 }
 
 func (s *stack) close() {
+	for _, c := range s.closers {
+		c()
+	}
 	s.nc.Drain()
 	s.rdb.Close()
 }
@@ -107,6 +111,19 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	tenants, err := newRegistryTenants(ctx, s.nc, log)
 	if err != nil {
 		return nil, err
+	}
+	slots, auto, err := parseSlots(sf.slots)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startPresence(ctx, s.rdb, defaultWorkerID())
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, p.stop)
+	var autoSlots func(context.Context) (int, error)
+	if auto {
+		autoSlots = fleetSlots(s.rdb, asynq.NewInspectorFromRedisClient(s.rdb))
 	}
 	ac := asynq.NewClientFromRedisClient(s.rdb)
 	// Queue gauges cost Redis calls per scrape: the schedulers export them,
@@ -118,7 +135,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
 		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
 		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName), Tenants: tenants,
-		MaxRunning: sf.maxRunning, Slots: sf.slots, Streams: sf.streams()})
+		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: sf.streams()})
 }
 
 // readiness checks that a service's NATS connection and Redis answer.
@@ -235,7 +252,6 @@ type upFlags struct {
 	pf                 periodicFlags
 	dataDir, readyFile string
 	auth               *devstack.Auth
-	sfSlotsSet         bool // --slots was given
 }
 
 func upCmd(g *globals) *cobra.Command {
@@ -249,11 +265,8 @@ on those addresses, with their data under --data-dir. Shared volumes are served
 from <data-dir>/volumes unless --volume-root says otherwise. Then it runs a
 scheduler and a worker until interrupted, and shuts down in order: stop intake,
 drain running jobs, stop the services it started.`,
-		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			f.sfSlotsSet = cmd.Flags().Changed("slots")
-			return checkStart(g, &f.cf, &f.wf.heal)
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)
 	f.cf.register(cmd.Flags())
@@ -365,9 +378,6 @@ func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), erro
 // (control.go: cancel, periodic jobs). The function it returns stops them
 // in shutdown order: stop intake (scheduler), drain running jobs (worker).
 func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
-	if !f.sfSlotsSet {
-		f.sf.slots = f.wf.concurrency
-	}
 	if err := ensureDevTenant(ctx, s, f.auth, log); err != nil {
 		return nil, err
 	}

@@ -75,14 +75,15 @@ func probe(t *testing.T, c *pclient.Client) job.Result {
 	return r
 }
 
-// Fair share, at a small scale: tenant a's 60 queued jobs do not make
+// Fair share, at a small scale, with the default --slots auto: tenant a's
+// 60 queued jobs do not make
 // tenant b's one job wait for them; b's starts while most of a's backlog
 // still waits. (An order, not a time: the scheduler admits from the two
 // tenants' streams in turn.)
 func TestFairShare(t *testing.T) {
 	f := newFleet(t)
 	cs := f.tenants("a", "b")
-	f.scheduler("sched", "--slots", "3")
+	f.scheduler("sched") // --slots auto: the worker's concurrency (2)
 	f.worker("w1")
 	a := flood(t, cs["a"], 60, "sleep 0.3")
 	ctx := context.Background()
@@ -111,7 +112,7 @@ func TestFairShareBench(t *testing.T) {
 	backlog, err := strconv.Atoi(envOr("PADDOCK_FAIR_BACKLOG", "10000"))
 	require.NoError(t, err)
 	rows := []fairRow{}
-	for _, slots := range strings.Split(envOr("PADDOCK_FAIR_SLOTS", "4,8,0"), ",") {
+	for _, slots := range strings.Split(envOr("PADDOCK_FAIR_SLOTS", "auto,8,0"), ",") {
 		t.Run("slots="+slots, func(t *testing.T) { rows = append(rows, measureFair(t, slots, backlog)) })
 	}
 	for _, r := range rows {

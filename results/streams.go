@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddockhq/paddock/internal/streamfull"
@@ -212,3 +213,45 @@ func sameManaged(have, want jetstream.StreamConfig) bool {
 // it can succeed later, once space is freed. (client.ErrStreamFull is the
 // same test on the submitting side: internal/streamfull.)
 func IsStreamFull(err error) bool { return streamfull.Is(err) }
+
+// LegacyJobsStream is the one submissions stream of fleets before tenants
+// (subject paddock.jobs.submit). MigrateLegacyJobs empties it.
+const LegacyJobsStream = "PADDOCK_JOBS"
+
+// MigrateLegacyJobs moves the backlog of LegacyJobsStream, if that stream
+// exists, to the default tenant's stream (the jobs of a fleet without
+// tenants are the default tenant's), then deletes it. Each message keeps
+// its headers (Nats-Msg-Id, trace context, Paddock-Not-Before), so a
+// migration that stops half-way and runs again moves nothing twice within
+// the dedupe window, and the scheduler's claim catches the rest. It returns
+// how many submissions it moved.
+func MigrateLegacyJobs(ctx context.Context, js jetstream.JetStream) (int, error) {
+	st, err := js.Stream(ctx, LegacyJobsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("results: legacy stream %s: %w", LegacyJobsStream, err)
+	}
+	state := st.CachedInfo().State
+	moved := 0
+	for seq := state.FirstSeq; state.Msgs > 0 && seq <= state.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // acked (work queue) or deleted
+		}
+		if err != nil {
+			return moved, fmt.Errorf("results: read %s #%d: %w", LegacyJobsStream, seq, err)
+		}
+		msg := nats.NewMsg(job.SubmitSubject(job.DefaultTenant))
+		msg.Data, msg.Header = m.Data, m.Header
+		if _, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.JobsStream(job.DefaultTenant))); err != nil {
+			return moved, fmt.Errorf("results: move %s #%d: %w", LegacyJobsStream, seq, err)
+		}
+		moved++
+	}
+	if err := js.DeleteStream(ctx, LegacyJobsStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return moved, fmt.Errorf("results: delete %s after moving %d submissions: %w", LegacyJobsStream, moved, err)
+	}
+	return moved, nil
+}

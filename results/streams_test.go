@@ -149,3 +149,37 @@ func TestIsStreamFullOtherErrors(t *testing.T) {
 		assert.False(t, results.IsStreamFull(err), "%v", err)
 	}
 }
+
+// A fleet from before tenants upgrades without losing its backlog: the
+// old PADDOCK_JOBS stream's submissions move to the default tenant's.
+func TestMigrateLegacyJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := connect(t, testsvc.StartNATS(t))
+	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{}))
+	n, err := results.MigrateLegacyJobs(ctx, js)
+	require.NoError(t, err)
+	assert.Zero(t, n, "no legacy stream: nothing to do")
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: results.LegacyJobsStream, Subjects: []string{"paddock.jobs.submit"},
+		Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	for i := range 3 {
+		msg := nats.NewMsg("paddock.jobs.submit")
+		msg.Data = fmt.Appendf(nil, `{"id":"old-%d","command":"echo %d"}`, i, i)
+		msg.Header.Set(job.HeaderMsgID, fmt.Sprint("old-", i))
+		_, err := js.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	n, err = results.MigrateLegacyJobs(ctx, js)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	_, err = js.Stream(ctx, results.LegacyJobsStream)
+	assert.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the legacy stream is gone")
+	st, err := js.Stream(ctx, job.JobsStream(job.DefaultTenant))
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, st.CachedInfo().State.Msgs)
+	m, err := st.GetMsg(ctx, st.CachedInfo().State.FirstSeq)
+	require.NoError(t, err)
+	assert.Equal(t, "old-0", m.Header.Get(job.HeaderMsgID), "headers move with the message")
+}

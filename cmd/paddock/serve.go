@@ -112,6 +112,11 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	if err != nil {
 		return nil, err
 	}
+	if n, err := results.MigrateLegacyJobs(ctx, s.js); err != nil {
+		return nil, err
+	} else if n > 0 {
+		log.Info("moved the backlog of the pre-tenant submissions stream to the default tenant's", "stream", results.LegacyJobsStream, "submissions", n)
+	}
 	slots, auto, err := parseSlots(sf.slots)
 	if err != nil {
 		return nil, err

@@ -107,7 +107,10 @@ func (r *run) onTenant(q Quota, deleted bool) error {
 	s.quotas[q.Tenant] = q
 	s.qmu.Unlock()
 	if running {
-		old.iter.Stop() // the new iterator, on the updated consumer, replaces it
+		// The new iterator, on the updated consumer, replaces it; Drain
+		// lets the old reader hand out what it has buffered first (Stop
+		// would leave those messages for redelivery after AckWait).
+		old.iter.Drain()
 	}
 	rd := &reader{run: r, quota: q, iter: it}
 	r.readers[q.Tenant] = rd

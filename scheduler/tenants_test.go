@@ -144,3 +144,54 @@ func TestRateQuotaRejects(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, rejected, n-6, "at most 2 a second pass (3 windows at most on a slow machine)")
 }
+
+// pushTenants is a TenantSource the test drives: Watch delivers the first
+// quotas, then whatever is sent on updates.
+type pushTenants struct {
+	first   []scheduler.Quota
+	updates chan scheduler.Quota
+}
+
+func (p *pushTenants) Watch(ctx context.Context, fn func(scheduler.Quota, bool)) error {
+	for _, q := range p.first {
+		fn(q, false)
+	}
+	go func() {
+		for {
+			select {
+			case q := <-p.updates:
+				fn(q, q.MaxRunning < 0)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// A quota change applies to a running scheduler: raising max-running lets
+// the waiting jobs in, and a removed tenant is no longer consumed.
+func TestQuotaChangeApplies(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	src := &pushTenants{first: []scheduler.Quota{{Tenant: "a", MaxRunning: 1}}, updates: make(chan scheduler.Quota)}
+	cfg := testConfig()
+	cfg.Tenants = src
+	s.scheduler(s.enq, cfg)
+	for i := range 3 {
+		id := fmt.Sprint("q", i)
+		s.publishAs("a", fmt.Appendf(nil, `{"id":%q,"command":"echo"}`, id), id)
+	}
+	s.taskOf("a", "q0")
+	time.Sleep(300 * time.Millisecond)
+	assert.False(t, s.hasTask("a", "q1"), "max-running 1")
+	src.updates <- scheduler.Quota{Tenant: "a", MaxRunning: 3}
+	s.taskOf("a", "q1")
+	s.taskOf("a", "q2")
+
+	src.updates <- scheduler.Quota{Tenant: "a", MaxRunning: -1} // deleted
+	time.Sleep(300 * time.Millisecond)
+	s.publishAs("a", []byte(`{"id":"after-rm","command":"echo"}`), "after-rm")
+	time.Sleep(500 * time.Millisecond)
+	assert.False(t, s.hasTask("a", "after-rm"), "a removed tenant's stream is not consumed")
+}

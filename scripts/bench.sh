@@ -59,6 +59,6 @@ fi
 if [[ "${BENCH_FAIR:-1}" != 0 ]]; then
 	log "fair_share: b's latency behind a's 10,000 queued jobs (about 2 minutes)"
 	PADDOCK_FAIR_SHARE=1 PADDOCK_FAIR_OUT="$(realpath -m "${out}")/fair_share.json" \
-		go test -count=1 -v -timeout 20m -run 'TestFairShareBench' ./internal/faulttest/ 2>&1 | grep -E 'slots [0-9]|PASS|FAIL|ok' || true
+		go test -count=1 -v -timeout 20m -run 'TestFairShareBench' ./internal/faulttest/ 2>&1 | grep -E 'slots [a-z0-9]+:|PASS|FAIL|ok' || true
 	[[ -f "${out}/fair_share.json" ]] && log "wrote ${out}/fair_share.json"
 fi

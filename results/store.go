@@ -363,3 +363,25 @@ func (s *Store) Admit(ctx context.Context, tenant string, perSecond int) (bool, 
 	}
 	return incr.Val() <= int64(perSecond), nil
 }
+
+// Finished reports which of keys (job.Key) have a stored result, in one
+// pipelined round trip.
+func (s *Store) Finished(ctx context.Context, keys []string) (map[string]bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	cmds := make([]*redis.IntCmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Exists(ctx, s.key("result", k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("results: finished: %w", err)
+	}
+	done := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		done[k] = cmds[i].Val() == 1
+	}
+	return done, nil
+}

@@ -516,3 +516,17 @@ func TestRecordStreamFullCountsMetric(t *testing.T) {
 	assert.Equal(t, stored, got)
 	assert.Equal(t, int64(1), streamFullCount(t, reader, job.StreamResults))
 }
+
+func TestFinished(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	_, _, err := s.store.Record(ctx, okResult("fin-1"))
+	require.NoError(t, err)
+	done, err := s.store.Finished(ctx, []string{job.Key("", "fin-1"), job.Key("", "fin-2"), job.Key("other", "fin-1")})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{job.Key("", "fin-1"): true, job.Key("", "fin-2"): false, job.Key("other", "fin-1"): false}, done)
+	done, err = s.store.Finished(ctx, nil)
+	require.NoError(t, err)
+	assert.Empty(t, done)
+}

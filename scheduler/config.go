@@ -91,7 +91,8 @@ type Config struct {
 	// the workers' concurrency and the schedulers in Redis). At least 1.
 	AutoSlots func(context.Context) (int, error)
 	// HoldCheck is how often held jobs are checked for a result that the
-	// result subscription missed. Default 2s.
+	// result subscription missed (and kept alive). Default 10s; at most
+	// AckWait/3 is used.
 	HoldCheck time.Duration
 	// Now, default time.Now.
 	Now func() time.Time
@@ -157,7 +158,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxRunning = 64
 	}
 	if c.HoldCheck == 0 {
-		c.HoldCheck = 2 * time.Second
+		c.HoldCheck = 10 * time.Second
 	}
 	if c.MaxRunning < 0 || c.Slots < 0 || c.HoldCheck < 0 {
 		bad("MaxRunning %d, Slots %d and HoldCheck %s must not be negative", c.MaxRunning, c.Slots, c.HoldCheck)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/paddockhq/paddock/internal/startstop"
 	"github.com/paddockhq/paddock/job"
-	"github.com/paddockhq/paddock/results"
 )
 
 // holds keeps the messages of enqueued jobs unacknowledged until the job
@@ -136,20 +135,27 @@ func (h *holds) onResult(m *nats.Msg) {
 }
 
 // check keeps the held messages alive and acknowledges those whose result
-// is in Redis (a missed result message).
+// is in Redis (a missed result message), in one round trip for all.
 func (h *holds) check(ctx context.Context) {
 	h.mu.Lock()
 	held := make(map[string]jetstream.Msg, len(h.m))
+	keys := make([]string, 0, len(h.m))
 	for k, m := range h.m {
 		held[k] = m
+		keys = append(keys, k)
 	}
 	h.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	done, err := h.s.store.Finished(ctx, keys)
+	if err != nil && ctx.Err() == nil {
+		h.s.warnf("scheduler: checking the held jobs failed; retrying", "held", len(keys), "err", err)
+	}
 	for key, msg := range held {
-		if _, err := h.s.store.Get(ctx, key); err == nil {
+		if done[key] {
 			h.done(key)
 			continue
-		} else if !errors.Is(err, results.ErrNotFound) && ctx.Err() == nil {
-			h.s.warnf("scheduler: checking a held job failed; retrying", "job", key, "err", err)
 		}
 		_ = msg.InProgress()
 	}

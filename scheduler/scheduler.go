@@ -28,6 +28,7 @@ type Recorder interface {
 	Claim(ctx context.Context, id, owner string) (holder string, ok bool, err error)
 	Canceled(ctx context.Context, id string) (bool, error)
 	Admit(ctx context.Context, tenant string, perSecond int) (bool, error)
+	Finished(ctx context.Context, keys []string) (map[string]bool, error)
 }
 
 // Scheduler consumes submissions from JetStream and enqueues them in asynq.

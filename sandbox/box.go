@@ -452,7 +452,7 @@ func (r *Runtime) ended(b *box) (Reason, string, error) {
 		time.Sleep(5 * time.Millisecond)
 		diag = b.initDiag()
 	}
-	res, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{})
+	res, err := r.inspectEnded(ctx, b)
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return "", "", infra("inspect ended container", err, true)
 	}
@@ -482,6 +482,19 @@ func (r *Runtime) ended(b *box) (Reason, string, error) {
 		return ReasonPidsLimit, why + "; the job took every process slot", nil
 	}
 	return ReasonSignal, why, nil
+}
+
+// inspectEnded inspects the container of a box whose init ended, once the
+// engine has seen it stop (at most 2 s): the control socket closes as init
+// dies, a moment before the engine records how (State.OOMKilled).
+func (r *Runtime) inspectEnded(ctx context.Context, b *box) (client.ContainerInspectResult, error) {
+	for i := 0; ; i++ {
+		res, err := r.docker.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{})
+		if err != nil || res.Container.State == nil || !res.Container.State.Running || i == 40 {
+			return res, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // destroy releases the box (init then kills everything and exits) and

@@ -87,10 +87,15 @@ func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant,
 	}
 	t.User = pub
 	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		if err := reg.Create(ctx, t); err != nil {
+		if _, err := reg.Get(ctx, t.Name); err == nil {
+			return fmt.Errorf("%w: %s (change its quotas with paddock tenant set)", tenant.ErrExists, t.Name)
+		}
+		// The stream first, then the record the schedulers react to: they
+		// find the stream made, and no two processes update it at once.
+		if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
 			return err
 		}
-		if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
+		if err := reg.Create(ctx, t); err != nil {
 			return err
 		}
 		if err := tenant.WriteCreds(out, creds); err != nil {

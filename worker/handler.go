@@ -228,12 +228,31 @@ func (w *Worker) interrupted(ctx context.Context, r *jobRun, sess *sandbox.Sessi
 	if err := sess.Destroy(dctx); err != nil {
 		r.log.ErrorContext(ctx, "could not confirm the interrupted job's container is gone", "err", err)
 	}
-	if c, _ := w.store.Canceled(dctx, r.key); c {
+	if w.canceledAfter(ctx, dctx, r) {
 		markLast(&r.res, job.ReasonCanceled)
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled while running; its container was killed")
 	}
 	r.log.WarnContext(ctx, "job interrupted; the queue will run it again", "cause", context.Cause(ctx))
 	return requeue(ctx, r.key)
+}
+
+// canceledAfter tells whether an interrupted job was canceled: its cancel
+// watcher saw the flag, or the flag is set (read up to 3 times: a failed
+// read must not turn a cancel into a re-run).
+func (w *Worker) canceledAfter(ctx, dctx context.Context, r *jobRun) bool {
+	if errors.Is(context.Cause(ctx), errCanceled) {
+		return true
+	}
+	var err error
+	for range 3 {
+		var c bool
+		if c, err = w.store.Canceled(dctx, r.key); err == nil {
+			return c
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.log.WarnContext(ctx, "could not read the interrupted job's cancel flag; the queue will run it again, and that run sees the flag", "err", err)
+	return false
 }
 
 func endSpan(span trace.Span, err error) {

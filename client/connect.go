@@ -81,7 +81,7 @@ func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
 
 // options checks cfg and turns it into nats.go options.
 func (cfg ConnectConfig) options(ctx context.Context) ([]nats.Option, error) {
-	if err := checkURL(cfg.URL); err != nil {
+	if err := CheckURL(cfg.URL); err != nil {
 		return nil, err
 	}
 	if cfg.Creds != "" && cfg.NKey != "" {
@@ -148,9 +148,11 @@ func (cfg ConnectConfig) handlers() []nats.Option {
 	}
 }
 
-// checkURL parses each server of the list the way nats.go does, so that a
-// malformed one fails here, with a redacted message.
-func checkURL(raw string) error {
+// CheckURL parses each server of a NATS URL list the way nats.go does, so
+// that a malformed one fails before anything connects, with a redacted
+// message (the parser's own is left out when it could quote a password).
+// The error wraps ErrConfig.
+func CheckURL(raw string) error {
 	for s := range strings.SplitSeq(raw, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -162,9 +164,9 @@ func checkURL(raw string) error {
 		if _, err := url.Parse(s); err != nil {
 			shown := redact.URL(raw)
 			if shown != raw { // the parser's message could quote the password
-				return fmt.Errorf("%w: NATS URL %q is not valid; want nats://[user:password@]host[:port] or tls://…, comma-separated", ErrConfig, shown)
+				return fmt.Errorf("%w: NATS URL %q is not a valid URL; want nats://[user:password@]host[:port] or tls://…, comma-separated", ErrConfig, shown)
 			}
-			return fmt.Errorf("%w: NATS URL %q is not valid (%v); want nats://[user:password@]host[:port] or tls://…, comma-separated", ErrConfig, raw, err)
+			return fmt.Errorf("%w: NATS URL %q is not a valid URL (%v); want nats://[user:password@]host[:port] or tls://…, comma-separated", ErrConfig, raw, err)
 		}
 	}
 	return nil

@@ -112,6 +112,8 @@ type waiter struct {
 	sub    *nats.Subscription
 	wg     sync.WaitGroup
 
+	reconnects uint64 // the connection's reconnect count at the start
+
 	mu      sync.Mutex
 	pending map[string]bool // the ids not taken yet
 }
@@ -119,7 +121,8 @@ type waiter struct {
 func (c *Client) startWait(ctx context.Context, ids []string) (*waiter, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &waiter{c: c, ctx: wctx, cancel: cancel, want: make(map[string]bool, len(ids)),
-		pending: make(map[string]bool, len(ids)), found: make(chan found, lookupsInFlight)}
+		pending: make(map[string]bool, len(ids)), found: make(chan found, lookupsInFlight),
+		reconnects: c.nc.Stats().Reconnects}
 	for _, id := range ids {
 		w.want[id], w.pending[id] = true, true
 	}
@@ -247,7 +250,8 @@ feed:
 // look reads id's last result. An error that a later look-up may not have
 // (a timeout, a reconnect, the stream not back yet after a restart) is
 // logged and left to the next look-up; any other ends WaitAll: a missing
-// stream on the first look-up, a refused permission, a malformed result.
+// stream on the first look-up (unless the connection was away meanwhile),
+// a refused permission, a malformed result.
 func (w *waiter) look(id string, first bool) {
 	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.PublishTimeout)
 	defer cancel()
@@ -257,11 +261,18 @@ func (w *waiter) look(id string, first bool) {
 		w.send(found{id: id, r: r})
 	case err == nil || w.ctx.Err() != nil:
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		!first && errors.Is(err, ErrNoStream):
+		errors.Is(err, ErrNoStream) && (!first || w.reconnected()):
 		w.c.log.Debug("result look-up failed; looking again later", "job", id, "err", err)
 	default:
 		w.send(found{err: err})
 	}
+}
+
+// reconnected tells whether the connection is, or has been, away since the
+// start: a "no stream" then may be JetStream not answering yet, not a
+// stream that does not exist.
+func (w *waiter) reconnected() bool {
+	return !w.c.nc.IsConnected() || w.c.nc.Stats().Reconnects != w.reconnects
 }
 
 func (w *waiter) stop() {

@@ -67,7 +67,12 @@ func JobsStream(tenant string) string { return StreamJobsPrefix + tenant }
 // TenantFromSubmitSubject returns the tenant a submission subject belongs
 // to, or false when subject is not one.
 func TenantFromSubmitSubject(subject string) (string, bool) {
-	t, ok := strings.CutPrefix(subject, SubjectSubmitPrefix)
+	return tenantAfter(SubjectSubmitPrefix, subject)
+}
+
+// tenantAfter is the tenant that is the whole rest of subject after prefix.
+func tenantAfter(prefix, subject string) (string, bool) {
+	t, ok := strings.CutPrefix(subject, prefix)
 	if !ok || CheckTenant(t) != nil {
 		return "", false
 	}
@@ -79,11 +84,7 @@ func CancelRequestSubject(tenant string) string { return SubjectCancelRequestPre
 
 // TenantFromCancelSubject returns the tenant of a cancel request subject.
 func TenantFromCancelSubject(subject string) (string, bool) {
-	t, ok := strings.CutPrefix(subject, SubjectCancelRequestPrefix)
-	if !ok || CheckTenant(t) != nil {
-		return "", false
-	}
-	return t, true
+	return tenantAfter(SubjectCancelRequestPrefix, subject)
 }
 
 // InboxPrefix is the inbox prefix of tenant's connections (nats.go

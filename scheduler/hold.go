@@ -3,10 +3,10 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddockhq/paddock/internal/startstop"
@@ -24,7 +24,7 @@ import (
 //     with one job is not queued behind another's ten thousand (fair share).
 //
 // A held message is acknowledged when its result is published (the
-// scheduler subscribes to every result) or, should that message be missed,
+// scheduler follows the results stream, headers only) or, should that message be missed,
 // found in Redis every HoldCheck. It is kept alive with InProgress every
 // AckWait/3. When the scheduler stops, held messages are left
 // unacknowledged: after AckWait another scheduler gets them, finds the task
@@ -32,7 +32,7 @@ import (
 type holds struct {
 	s     *Scheduler
 	slots *slots
-	sub   *nats.Subscription
+	sub   jetstream.ConsumeContext // the results, headers only
 	svc   startstop.Service
 	sizer startstop.Service // AutoSlots
 	// resized and empty belong to the sizer's goroutine (and newHolds,
@@ -46,14 +46,22 @@ type holds struct {
 
 func newHolds(s *Scheduler) (*holds, error) {
 	h := &holds{s: s, m: map[string]jetstream.Msg{}, slots: newSlots(s.cfg.Slots)}
-	sub, err := s.js.Conn().Subscribe(job.SubjectResultPrefix+">", h.onResult)
+	// Headers only: a scheduler needs a result's subject, not its body (up
+	// to MaxResultBytes), so it does not download every result of the
+	// fleet. New results only: older ones are found by check.
+	cons, err := s.js.OrderedConsumer(context.Background(), job.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{job.SubjectResultPrefix + ">"}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scheduler: watch results: %w", err)
+	}
+	sub, err := cons.Consume(h.onResult)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: watch results: %w", err)
 	}
 	h.sub = sub
 	every := min(s.cfg.HoldCheck, s.cfg.AckWait/3)
 	if err := h.svc.Start(context.Background(), startstop.Every(every, h.check)); err != nil {
-		_ = sub.Unsubscribe()
+		sub.Stop()
 		return nil, err
 	}
 	if s.cfg.AutoSlots != nil {
@@ -128,8 +136,8 @@ func (h *holds) done(key string) {
 	h.release()
 }
 
-func (h *holds) onResult(m *nats.Msg) {
-	if tenant, id, ok := job.ParseResultSubject(m.Subject); ok {
+func (h *holds) onResult(m jetstream.Msg) {
+	if tenant, id, ok := job.ParseResultSubject(m.Subject()); ok {
 		h.done(job.Key(tenant, id))
 	}
 }
@@ -171,7 +179,7 @@ func (h *holds) held() int {
 // stop ends the subscription and the checks; held messages stay
 // unacknowledged (see holds).
 func (h *holds) stop() {
-	_ = h.sub.Unsubscribe()
+	h.sub.Stop()
 	h.svc.Stop()
 	h.sizer.Stop()
 	h.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	pclient "github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/job"
@@ -26,20 +27,11 @@ import (
 // every one that is logged, printed or put into an error goes through
 // redact.URL first.
 
-// checkNATSURL parses each server of a --nats-url list the way nats.go
-// does, so that a malformed one fails here, with a redacted message.
+// checkNATSURL checks --nats-url before anything connects
+// (the SDK's CheckURL, redacted).
 func checkNATSURL(raw string) error {
-	for s := range strings.SplitSeq(raw, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if !strings.Contains(s, "://") {
-			s = "nats://" + s
-		}
-		if _, err := url.Parse(s); err != nil {
-			return urlError("--nats-url", raw, err, "nats://[user:password@]host[:port] or tls://…, comma-separated")
-		}
+	if err := pclient.CheckURL(raw); err != nil {
+		return fmt.Errorf("--nats-url: %w", err)
 	}
 	return nil
 }

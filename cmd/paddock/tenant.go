@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/job"
@@ -67,9 +68,7 @@ func tenantAddCmd(g *globals, authDir func() string) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.Int64Var(&t.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running; the next submit is refused (0: no limit)")
-	fs.IntVar(&t.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once; more wait their turn (0: the scheduler's default)")
-	fs.IntVar(&t.Rate, "rate", 0, "at most this many jobs scheduled per second; more are rejected (0: no limit)")
+	quotaFlags(fs, &t)
 	fs.StringVar(&out, "out", "", "`file` to write the tenant's credentials to (0600)")
 	return cmd
 }
@@ -143,10 +142,15 @@ func tenantSetCmd(g *globals) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.Int64Var(&q.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running (0: no limit)")
-	fs.IntVar(&q.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once (0: the scheduler's default)")
-	fs.IntVar(&q.Rate, "rate", 0, "at most this many jobs scheduled per second (0: no limit)")
+	quotaFlags(fs, &q)
 	return cmd
+}
+
+// quotaFlags are the quota flags of tenant add and set, into t.
+func quotaFlags(fs *pflag.FlagSet, t *tenant.Tenant) {
+	fs.Int64Var(&t.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running; the next submit is refused (0: no limit)")
+	fs.IntVar(&t.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once; more wait their turn (0: the scheduler's default)")
+	fs.IntVar(&t.Rate, "rate", 0, "at most this many jobs scheduled per second; more are rejected (0: no limit)")
 }
 
 func tenantLsCmd(g *globals) *cobra.Command {

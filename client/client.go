@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,8 +83,10 @@ func (c Config) withDefaults() (Config, error) {
 //
 // It uses only the subjects a tenant's credentials allow (package tenant):
 // publish on the tenant's submit and cancel subjects and direct gets of its
-// results; subscribe to its results and its inbox. It never calls the
-// JetStream API otherwise (no stream info, no consumers).
+// results; subscribe to its results and its inbox. Submitting, waiting and
+// cancelling call the JetStream API no other way; agent I/O (io.go) reads
+// the tenant's own output stream and buckets (stream info, direct gets,
+// consumers) and writes its input bucket.
 type Client struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -91,6 +94,7 @@ type Client struct {
 	tenant  string
 	log     *slog.Logger
 	replies replyMux // request.go
+	stores  sync.Map // bucket name → jetstream.ObjectStore (io.go)
 }
 
 // New returns a Client over nc for cfg.Tenant.

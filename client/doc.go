@@ -15,10 +15,17 @@
 // keeps tenants apart: a tenant's credentials (package tenant) allow only
 // its own submit and cancel subjects, direct gets of its own results, and
 // subscriptions to its own results, output and inbox (job.InboxPrefix,
-// which Connect sets). The client needs nothing more: it never asks for
-// stream information and never creates a consumer. A request the server
-// refuses fails at once with a *PermissionError (errors.Is ErrPermission),
-// not at its deadline.
+// which Connect sets), and the reading of its own live output stream and
+// output bucket and the writing of its input bucket. Submitting, waiting
+// and cancelling need nothing more: they never ask for stream information
+// and never create a consumer. A request the server refuses fails at once
+// with a *PermissionError (errors.Is ErrPermission), not at its deadline.
+//
+// Agent I/O (io.go): Follow yields a job's live output as it runs (an
+// ordered consumer on the tenant's output stream, job.OutputStream);
+// Output streams the complete stdout or stderr a job kept, Artifacts and
+// Artifact the files it left (the tenant's output bucket, job.OutBucket);
+// Put uploads a file for jobs to name by reference (job.InBucket).
 //
 // Every submission carries a job id (assigned by NewID when the spec has
 // none) that is also its Nats-Msg-Id, so submitting the same spec again, or

@@ -24,7 +24,8 @@ var (
 	ErrNoStream = errors.New("client: no Paddock stream")
 	// ErrStreamFull is matched (errors.Is) by a *StreamFullError.
 	ErrStreamFull = errors.New("client: Paddock stream full")
-	// ErrQuota is matched (errors.Is) by a *QuotaError.
+	// ErrQuota is matched (errors.Is) by a *QuotaError, and by a
+	// *BucketFullError (io.go: the tenant's storage quota).
 	ErrQuota = errors.New("client: tenant quota reached")
 	// ErrPermission is matched (errors.Is) by a *PermissionError.
 	ErrPermission = errors.New("client: NATS permission denied")

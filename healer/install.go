@@ -351,7 +351,7 @@ func (in *installer) run(ctx context.Context, r *run, binary string, pkgs []stri
 	))
 	defer span.End()
 	r.installed = true // even a failed install may have unpacked something
-	out, err := r.ex.Exec(ctx, Command{Script: script, Timeout: timeout, Env: mergeEnv(in.runEnv, in.installEnv)})
+	out, err := r.ex.Exec(ctx, Command{Script: script, Timeout: timeout, Env: mergeEnv(in.runEnv, in.installEnv), Install: true})
 	span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode), attribute.String(job.AttrReason, string(out.Reason)))
 	if err != nil {
 		span.RecordError(err)

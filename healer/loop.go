@@ -29,6 +29,9 @@ type Command struct {
 	Timeout time.Duration
 	// Env is added to the session's environment for this command only.
 	Env map[string]string
+	// Install marks an installer run (not the job's command or a repair
+	// of it): it gets no stdin, and its output is not the job's.
+	Install bool
 }
 
 // Outcome is how a command ended, as the healer needs it.

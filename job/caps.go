@@ -38,6 +38,13 @@ type Caps struct {
 	AllowInstall bool
 	// Volumes is true when the fleet has a volume root.
 	Volumes bool
+
+	// MaxInlineBytes bounds the decoded inline contents of a job's files
+	// (default DefaultInlineBytes).
+	MaxInlineBytes int64
+	// KeepOutput is the default of a job's output.keep; NoKeep turns
+	// keeping off for the fleet (a job asking for it is rejected).
+	KeepOutput, NoKeep bool
 }
 
 // Defaults, as docs/job-contract.md lists them.
@@ -111,6 +118,7 @@ func (c Caps) withDefaults() Caps {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
 	}
+	def64(&c.MaxInlineBytes, DefaultInlineBytes)
 	return c
 }
 
@@ -208,6 +216,9 @@ func (c Caps) Validate() error {
 	// Compared only when every timeout is valid by itself.
 	if len(e.Fields) == n && c.DefaultCommandTimeout > c.DefaultJobTimeout {
 		bad("DefaultCommandTimeout", "%s exceeds the default job timeout %s", c.DefaultCommandTimeout, c.DefaultJobTimeout)
+	}
+	if c.MaxInlineBytes < 0 || c.MaxInlineBytes > MaxSpecBytes*3/4 {
+		bad("MaxInlineBytes", "%d is out of range; allowed 0..%d bytes (base64 contents must fit in a %d-byte spec)", c.MaxInlineBytes, MaxSpecBytes*3/4, MaxSpecBytes)
 	}
 	if c.MaxAttempts < 1 {
 		bad("MaxAttempts", "%d is out of range; allowed 1 or more", c.MaxAttempts)

@@ -53,6 +53,11 @@ func TestCapsValidate(t *testing.T) {
 		{"image space", Caps{Images: []string{"a b"}}, "Images", `image "a b"`},
 		{"queue", Caps{Queues: []string{"Fast"}}, "Queues", `queue "Fast" must match`},
 		{"env allow", Caps{EnvAllow: []string{"1X*"}}, "EnvAllow", `env allowlist entry "1X*"`},
+		{"negative inline cap", Caps{MaxInlineBytes: -1}, "MaxInlineBytes",
+			"-1 is out of range; allowed 0..196608 bytes (base64 contents must fit in a 262144-byte spec)"},
+		{"inline cap over the spec", Caps{MaxInlineBytes: MaxSpecBytes*3/4 + 1}, "MaxInlineBytes", "196609 is out of range"},
+		{"inline cap at its max", Caps{MaxInlineBytes: MaxSpecBytes * 3 / 4}, "", ""}, // valid
+		{"keep default and no keep", Caps{KeepOutput: true, NoKeep: true}, "", ""},    // valid: NoKeep wins (KeepOutput)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +115,9 @@ func TestCapsWithDefaults(t *testing.T) {
 	assert.Equal(t, 3, c.MaxAttempts)
 	assert.False(t, c.AllowInstall)
 	assert.False(t, c.Volumes)
+	assert.EqualValues(t, DefaultInlineBytes, c.MaxInlineBytes)
+	assert.False(t, c.KeepOutput)
+	assert.False(t, c.NoKeep)
 	assert.Equal(t, c, c.WithDefaults(), "idempotent")
 }
 

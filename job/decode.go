@@ -66,6 +66,12 @@ func Decode(data []byte) (Spec, error) {
 	if len(s.Labels) == 0 {
 		s.Labels = nil
 	}
+	if len(s.Files) == 0 {
+		s.Files = nil
+	}
+	if len(s.Artifacts) == 0 {
+		s.Artifacts = nil
+	}
 	s.SubmittedAt = s.SubmittedAt.UTC()
 	return s, nil
 }
@@ -184,25 +190,7 @@ func (c *shapeChecker) value(path string, t reflect.Type) error {
 		t = t.Elem()
 	}
 	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
-		s, ok := tok.(string)
-		if !ok {
-			return c.mismatch(path, t, tok)
-		}
-		n := len(c.errs)
-		if err := c.str(path, s, start); err != nil || len(c.errs) > n {
-			return err // nil unless the walk must stop: the string is consumed
-		}
-		v := reflect.New(t)
-		if err := v.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-			return c.add(path, fmt.Sprintf("%q is not %s", truncate(s, 40), jsonKind(t)))
-		}
-		if tm, ok := v.Interface().(*time.Time); ok {
-			// Decode stores times in UTC, which must stay encodable.
-			if y := tm.UTC().Year(); y < 0 || y > 9999 {
-				return c.add(path, fmt.Sprintf("%q is outside years 0000..9999 UTC", truncate(s, 40)))
-			}
-		}
-		return nil
+		return c.textValue(path, t, tok, start)
 	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
@@ -210,6 +198,11 @@ func (c *shapeChecker) value(path string, t reflect.Type) error {
 			return c.mismatch(path, t, tok)
 		}
 		return c.object(path, t)
+	case reflect.Slice:
+		if tok != json.Delim('[') {
+			return c.mismatch(path, t, tok)
+		}
+		return c.array(path, t)
 	case reflect.String:
 		s, ok := tok.(string)
 		if !ok {
@@ -246,6 +239,30 @@ func (c *shapeChecker) value(path string, t reflect.Type) error {
 		// Not reachable for Spec; refuse rather than guess.
 		return c.add(orSpec(path), "unsupported field type "+t.String())
 	}
+}
+
+// textValue checks a value of a type that unmarshals from a JSON string
+// (time.Time), whose first token tok started at byte offset start.
+func (c *shapeChecker) textValue(path string, t reflect.Type, tok json.Token, start int64) error {
+	s, ok := tok.(string)
+	if !ok {
+		return c.mismatch(path, t, tok)
+	}
+	n := len(c.errs)
+	if err := c.str(path, s, start); err != nil || len(c.errs) > n {
+		return err // nil unless the walk must stop: the string is consumed
+	}
+	v := reflect.New(t)
+	if err := v.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+		return c.add(path, fmt.Sprintf("%q is not %s", truncate(s, 40), jsonKind(t)))
+	}
+	if tm, ok := v.Interface().(*time.Time); ok {
+		// Decode stores times in UTC, which must stay encodable.
+		if y := tm.UTC().Year(); y < 0 || y > 9999 {
+			return c.add(path, fmt.Sprintf("%q is outside years 0000..9999 UTC", truncate(s, 40)))
+		}
+	}
+	return nil
 }
 
 var integerPattern = regexp.MustCompile(`^-?[0-9]+$`)
@@ -299,6 +316,18 @@ func (c *shapeChecker) object(path string, t reflect.Type) error {
 		}
 	}
 	_, err := c.token() // '}'
+	return err
+}
+
+// array checks the elements of an array whose '[' was just read, each
+// under path[i].
+func (c *shapeChecker) array(path string, t reflect.Type) error {
+	for i := 0; c.dec.More(); i++ {
+		if err := c.value(fmt.Sprintf("%s[%d]", orSpec(path), i), t.Elem()); err != nil {
+			return err
+		}
+	}
+	_, err := c.token() // ']'
 	return err
 }
 
@@ -480,6 +509,8 @@ func jsonKind(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
 		return "an object"
+	case reflect.Slice:
+		return "an array"
 	case reflect.String:
 		return "a string"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:

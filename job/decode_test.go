@@ -42,7 +42,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"bom", "\uFEFF{\"command\":\"x\"}", "spec", "malformed JSON at byte"},
 
 		// keys
-		{"unknown", `{"command":"x","cmd":"y"}`, "cmd", "unknown field; spec allows: v, id, command, image, env, workdir, limits, queue, labels, heal, volume, tenant, submitted_at"},
+		{"unknown", `{"command":"x","cmd":"y"}`, "cmd", "unknown field; spec allows: v, id, command, image, env, workdir, limits, queue, labels, heal, volume, files, stdin, output, artifacts, tenant, submitted_at"},
 		{"unknown nested", `{"command":"x","limits":{"memory":1}}`, "limits.memory", "unknown field; limits allows: memory_mb, cpus, pids, command_timeout_s, job_timeout_s, output_bytes, tmpfs_mb"},
 		{"unknown heal", `{"command":"x","heal":{"retries":1}}`, "heal.retries", "heal allows: mode, max_attempts, allow_install, retry_resource_kills"},
 		{"unknown volume", `{"command":"x","volume":{"name":"v","path":"/"}}`, "volume.path", "volume allows: name, mode"},
@@ -82,6 +82,35 @@ func TestDecodeRejects(t *testing.T) {
 		{"submitted_at format", `{"command":"x","submitted_at":"2026-01-01 00:00:00"}`, "submitted_at", `"2026-01-01 00:00:00" is not an RFC 3339 time string`},
 		{"submitted_at NUL", `{"command":"x","submitted_at":"2026-01-01T00:00:00Z\u0000"}`, "submitted_at", "NUL"},
 		{"submitted_at year", `{"command":"x","submitted_at":"9999-12-31T23:00:00-02:00"}`, "submitted_at", "outside years 0000..9999 UTC"},
+
+		// arrays (files, artifacts): elements are checked like fields, at path[i]
+		{"files string", `{"command":"x","files":"x"}`, "files", "expected an array, got a string"},
+		{"files object", `{"command":"x","files":{"path":"a"}}`, "files", "expected an array, got an object"},
+		{"files null", `{"command":"x","files":null}`, "files", "null is not allowed"},
+		{"file path number", `{"command":"x","files":[{"path":1}]}`, "files[0].path", "expected a string, got a number"},
+		{"second file path", `{"command":"x","files":[{"path":"a"},{"path":["b"]}]}`, "files[1].path", "expected a string, got an array"},
+		{"file null", `{"command":"x","files":[null]}`, "files[0]", "null is not allowed; omit the field to take its default"},
+		{"file null after one", `{"command":"x","files":[{"path":"a"},null]}`, "files[1]", "null is not allowed"},
+		{"file string", `{"command":"x","files":["a"]}`, "files[0]", "expected an object, got a string"},
+		{"file unknown key", `{"command":"x","files":[{"path":"a","data":"x"}]}`, "files[0].data", "unknown field; files[0] allows: path, content_b64, ref, mode"},
+		{"file case variant", `{"command":"x","files":[{"Path":"a"}]}`, "files[0].Path", `did you mean "path"?`},
+		{"file content variant", `{"command":"x","files":[{"path":"a","contentB64":"eA=="}]}`, "files[0].contentB64", `did you mean "content_b64"?`},
+		{"file duplicate key", `{"command":"x","files":[{"path":"a","path":"b"}]}`, "files[0].path", "duplicate key"},
+		{"file mode number", `{"command":"x","files":[{"path":"a","mode":644}]}`, "files[0].mode", "expected a string, got a number"},
+		{"file NUL in path", `{"command":"x","files":[{"path":"a\u0000"}]}`, "files[0].path", `contains a NUL character (\u0000)`},
+		{"file lone surrogate", `{"command":"x","files":[{"path":"\ud800"}]}`, "files[0].path", "lone UTF-16 surrogate"},
+		{"files malformed", `{"command":"x","files":[{"path":"a"},]}`, "spec", "malformed JSON"},
+		{"files unclosed", `{"command":"x","files":[`, "spec", "unexpected end of document"},
+		{"artifacts string", `{"command":"x","artifacts":"out/*"}`, "artifacts", "expected an array, got a string"},
+		{"artifact number", `{"command":"x","artifacts":["a",2]}`, "artifacts[1]", "expected a string, got a number"},
+		{"artifact null", `{"command":"x","artifacts":[null]}`, "artifacts[0]", "null is not allowed"},
+		{"artifact nested array", `{"command":"x","artifacts":[["a"]]}`, "artifacts[0]", "expected a string, got an array"},
+		{"stdin number", `{"command":"x","stdin":1}`, "stdin", "expected a string, got a number"},
+		{"stdin NUL", `{"command":"x","stdin":"a\u0000"}`, "stdin", "NUL"},
+		{"output bool", `{"command":"x","output":true}`, "output", "expected an object, got a boolean"},
+		{"output keep string", `{"command":"x","output":{"keep":"yes"}}`, "output.keep", "expected true or false, got a string"},
+		{"output keep null", `{"command":"x","output":{"keep":null}}`, "output.keep", "null is not allowed"},
+		{"output unknown", `{"command":"x","output":{"kept":true}}`, "output.kept", "unknown field; output allows: keep"},
 
 		// escapes that would change the command silently
 		{"escaped NUL", `{"command":"a\u0000b"}`, "command", `contains a NUL character (\u0000)`},
@@ -174,6 +203,23 @@ func TestDecodeAccepts(t *testing.T) {
 	assert.Equal(t, Limits{}, s.Limits)
 	assert.Equal(t, &HealPolicy{}, s.Heal)
 
+	// Empty arrays decode to nil too; an empty output object stays.
+	s, err = Decode([]byte(`{"command":"x","files":[],"artifacts":[],"output":{}}`))
+	require.NoError(t, err)
+	assert.Nil(t, s.Files)
+	assert.Nil(t, s.Artifacts)
+	assert.Equal(t, &OutputPolicy{}, s.Output)
+
+	// Agent I/O fields decode as written, in order.
+	keep := true
+	s, err = Decode([]byte(`{"command":"x","files":[{"path":"a/b.sh","content_b64":"eA==","mode":"0755"},{"path":"c","ref":"up/c"}],
+		"stdin":"yes\n","output":{"keep":true},"artifacts":["out/*.xml","**/*.log"]}`))
+	require.NoError(t, err)
+	assert.Equal(t, []File{{Path: "a/b.sh", ContentB64: "eA==", Mode: "0755"}, {Path: "c", Ref: "up/c"}}, s.Files)
+	assert.Equal(t, "yes\n", s.Stdin)
+	assert.Equal(t, &OutputPolicy{Keep: &keep}, s.Output)
+	assert.Equal(t, []string{"out/*.xml", "**/*.log"}, s.Artifacts)
+
 	// Escapes that are valid Unicode decode as written.
 	s, err = Decode([]byte(`{"command":"echo \"\ud83d\ude00\" \\ud800 \ufffd \u00e9 \/"}`))
 	require.NoError(t, err)
@@ -197,6 +243,36 @@ func TestDecodeRoundTrip(t *testing.T) {
 		require.NoError(t, err, string(b))
 		assert.Equal(t, s, s2)
 	}
+}
+
+// The walk goes on after a bad element, and stops after maxDecodeErrors.
+func TestDecodeArrayErrors(t *testing.T) {
+	t.Parallel()
+	_, err := Decode([]byte(`{"command":"x","files":[{"path":1},{"path":"ok"},{"mode":2,"x":3}],"artifacts":[1,"a",null]}`))
+	assert.Equal(t, []FieldError{
+		{Field: "files[0].path", Message: "expected a string, got a number"},
+		{Field: "files[2].mode", Message: "expected a string, got a number"},
+		{Field: "files[2].x", Message: "unknown field; files[2] allows: path, content_b64, ref, mode"},
+		{Field: "artifacts[0]", Message: "expected a string, got a number"},
+		{Field: "artifacts[2]", Message: "null is not allowed; omit the field to take its default"},
+	}, FieldErrors(err))
+
+	var b strings.Builder
+	b.WriteString(`{"command":"x","artifacts":[1`)
+	for range 100 {
+		b.WriteString(`,1`)
+	}
+	b.WriteString(`]}`)
+	_, err = Decode([]byte(b.String()))
+	errs := FieldErrors(err)
+	require.Len(t, errs, maxDecodeErrors+1)
+	assert.Equal(t, "artifacts[19]", errs[maxDecodeErrors-1].Field)
+	assert.Equal(t, FieldError{Field: "spec", Message: "more than 20 errors; stopped"}, errs[maxDecodeErrors])
+
+	// A deeply nested array where a file is expected is skipped, not recursed into.
+	depth := (MaxSpecBytes - 100) / 2
+	_, err = Decode([]byte(`{"command":"x","files":[` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `]}`))
+	assert.Equal(t, []FieldError{{Field: "files[0]", Message: "expected an object, got an array"}}, FieldErrors(err))
 }
 
 func TestHasLoneSurrogate(t *testing.T) {

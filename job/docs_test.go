@@ -2,8 +2,11 @@ package job
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
+	"path"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,7 +101,9 @@ func TestDocNamesEveryReasonAndSubject(t *testing.T) {
 	}
 	for _, v := range []string{StreamJobsPrefix + "<tenant>", SubjectSubmitPrefix + "<tenant>", ConsumerSchedulers, StreamResults,
 		SubjectResultPrefix + "<tenant>.<id>", SubjectCancelPrefix + "<tenant>/<id>", SubjectCancelRequestPrefix + "<tenant>",
-		InboxPrefixRoot + "<tenant>", HeaderMsgID, TaskType, EnvFencingToken} {
+		InboxPrefixRoot + "<tenant>", HeaderMsgID, TaskType, EnvFencingToken,
+		SubjectOutputPrefix + "<tenant>.<id>", StreamOutputPrefix + "<tenant>", OutBucketPrefix + "<tenant>", InBucketPrefix + "<tenant>",
+		StdoutObject("<id>"), StderrObject("<id>"), ArtifactObject("<id>", "<path>")} {
 		assert.Contains(t, doc, "`"+v+"`")
 	}
 	for _, name := range jsonNames(reflect.TypeFor[Spec]()) {
@@ -113,7 +118,153 @@ func TestDocNamesEveryReasonAndSubject(t *testing.T) {
 	for _, name := range jsonNames(reflect.TypeFor[Volume]()) {
 		assert.Contains(t, doc, "| `volume."+name+"` |", "volume field %s", name)
 	}
+	for _, h := range []string{HeaderOutStream, HeaderOutSeq, HeaderOutRun, HeaderOutSkipped, HeaderOutEnd} {
+		assert.Contains(t, doc, "| `"+h+"` |", "live output header %s", h)
+	}
+	for _, name := range jsonNames(reflect.TypeFor[File]()) {
+		assert.Contains(t, doc, "| `files[i]."+name+"` |", "file field %s", name)
+	}
+	for _, name := range jsonNames(reflect.TypeFor[OutputPolicy]()) {
+		assert.Contains(t, doc, "| `output."+name+"` |", "output field %s", name)
+	}
 	for _, name := range jsonNames(reflect.TypeFor[Result]()) {
 		assert.True(t, bytes.Contains([]byte(doc), []byte("`"+name+"`")), "result field %s", name)
+	}
+}
+
+// TestDocIOExamples checks the agent I/O examples: the spec is valid (and
+// passes the schema), the result passes the schema, decodes strictly and
+// names the objects as the code does.
+func TestDocIOExamples(t *testing.T) {
+	t.Parallel()
+	_, ex := docExamples(t)
+	require.Len(t, ex["io-spec"], 1)
+	require.Len(t, ex["io-result"], 1)
+
+	s, err := Decode([]byte(ex["io-spec"][0]))
+	require.NoError(t, err)
+	eff, err := Validate(&s, Caps{})
+	require.NoError(t, err)
+	assert.True(t, eff.KeepOutput)
+	assert.NotEmpty(t, s.Files)
+	assert.NotEmpty(t, s.Artifacts)
+	assert.Empty(t, validateSchema(loadSchema(t, SpecSchema), []byte(ex["io-spec"][0])))
+
+	block := ex["io-result"][0]
+	assert.Empty(t, validateSchema(loadSchema(t, ResultSchema), []byte(block)))
+	var r Result
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&r))
+	assert.Equal(t, s.ID, r.ID)
+	assert.Equal(t, r.Reason.State(), r.State)
+	assert.Equal(t, &eff, r.Limits, "example result limits = Validate(example spec)")
+	require.NotNil(t, r.Kept)
+	for _, kept := range []struct {
+		obj  Object
+		name string
+		out  Output
+	}{{r.Kept.Stdout, StdoutObject(r.ID), r.Stdout}, {r.Kept.Stderr, StderrObject(r.ID), r.Stderr}} {
+		assert.Equal(t, kept.name, kept.obj.Name)
+		assert.Equal(t, kept.out.Bytes, kept.obj.Bytes)
+		sum := sha256.Sum256([]byte(kept.out.Text))
+		assert.Equal(t, hex.EncodeToString(sum[:]), kept.obj.SHA256, "the whole stream is in the result here")
+	}
+	require.NotEmpty(t, r.Artifacts)
+	for _, a := range r.Artifacts {
+		assert.Equal(t, ArtifactObject(r.ID, a.Path), a.Name)
+		assert.Regexp(t, "^[0-9a-f]{64}$", a.SHA256)
+		matched := false
+		for _, p := range s.Artifacts {
+			matched = matched || matchPattern(p, a.Path)
+		}
+		assert.True(t, matched, "artifact %s matches a pattern of the spec", a.Path)
+	}
+	for _, ref := range r.Refused {
+		assert.NoError(t, CheckPath(ref.Path))
+	}
+}
+
+// matchPattern is the artifact match the contract describes: path.Match
+// element by element, "**" for any number of directories.
+func matchPattern(pattern, name string) bool {
+	return matchElems(strings.Split(pattern, "/"), strings.Split(name, "/"))
+}
+
+func matchElems(pe, ne []string) bool {
+	switch {
+	case len(pe) == 0:
+		return len(ne) == 0
+	case pe[0] == "**":
+		for i := 0; i <= len(ne); i++ {
+			if matchElems(pe[1:], ne[i:]) {
+				return true
+			}
+		}
+		return false
+	case len(ne) == 0:
+		return false
+	}
+	ok, err := path.Match(pe[0], ne[0])
+	return err == nil && ok && matchElems(pe[1:], ne[1:])
+}
+
+func TestMatchPattern(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"out/*.xml", "out/report.xml", true},
+		{"out/*.xml", "out/sub/report.xml", false},
+		{"*.xml", "out/report.xml", false},
+		{"**/*.log", "run.log", true},
+		{"**/*.log", "a/b/run.log", true},
+		{"a/**/b", "a/b", true},
+		{"a/**/b", "a/x/y/b", true},
+		{"a/**/b", "a/x/y/c", false},
+		{"**", "a/b", true},
+	} {
+		assert.Equal(t, tc.want, matchPattern(tc.pattern, tc.name), "%s ~ %s", tc.pattern, tc.name)
+	}
+}
+
+// TestDocIOErrors keeps the error examples of the files, stdin, output
+// and artifacts rows what the code produces.
+func TestDocIOErrors(t *testing.T) {
+	t.Parallel()
+	doc, _ := docExamples(t)
+	for _, tc := range []struct {
+		doc  string
+		caps Caps
+	}{
+		{filesDoc(manyFiles(MaxFiles + 1)), fuzzCaps},
+		{withCmd(`"stdin":"` + strings.Repeat("i", MaxStdinBytes+1) + `"`), fuzzCaps},
+		{withCmd(`"artifacts":[` + manyPatterns(MaxArtifactPatterns+1) + `]`), fuzzCaps},
+		{filesDoc(`{"path":""}`), fuzzCaps},
+		{filesDoc(`{"path":"/etc/passwd"}`), fuzzCaps},
+		{filesDoc(`{"path":"a/../../etc"}`), fuzzCaps},
+		{filesDoc(`{"path":"a//b"}`), fuzzCaps},
+		{filesDoc(`{"path":"a\nb"}`), fuzzCaps},
+		{filesDoc(`{"path":".paddock/x"}`), fuzzCaps},
+		{filesDoc(`{"path":"a"}`, `{"path":"a"}`), fuzzCaps},
+		{filesDoc(`{"path":"a"}`, `{"path":"a/b"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","content_b64":"eA"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","ref":"a b"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","ref":"../x"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","ref":"r","content_b64":"eA=="}`), fuzzCaps},
+		{filesDoc(`{"path":"a","mode":"rwx"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","mode":"4755"}`), fuzzCaps},
+		{filesDoc(`{"path":"a","content_b64":"` + b64(135000) + `"}`), fuzzCaps},
+		{withCmd(`"volume":{"name":"v","mode":"ro"},"files":[{"path":"a"}]`), fuzzCaps},
+		{withCmd(`"output":{"keep":true}`), Caps{NoKeep: true}},
+		{withCmd(`"artifacts":["/out"]`), fuzzCaps},
+		{withCmd(`"artifacts":["a/../b"]`), fuzzCaps},
+		{withCmd(`"artifacts":["out/[a"]`), fuzzCaps},
+	} {
+		_, err := decodeAndValidate(tc.doc, tc.caps)
+		fes := FieldErrors(err)
+		require.Len(t, fes, 1, "%.100s", tc.doc)
+		assert.Contains(t, doc, "`"+fes[0].Error()+"`", "docs/job-contract.md shows this error as the code writes it")
 	}
 }

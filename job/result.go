@@ -124,6 +124,13 @@ type Result struct {
 	Stderr   Output       `json:"stderr"`
 	Attempts []Attempt    `json:"attempts,omitempty"`
 
+	// Kept names the complete output in the tenant's output bucket, when
+	// it was kept; Artifacts the files collected; Refused the files (or
+	// patterns) that were not, with why.
+	Kept      *Kept     `json:"kept,omitempty"`
+	Artifacts []Object  `json:"artifacts,omitempty"`
+	Refused   []Refusal `json:"refused,omitempty"`
+
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	QueuedAt    time.Time `json:"queued_at,omitzero"`
 	StartedAt   time.Time `json:"started_at,omitzero"`

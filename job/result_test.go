@@ -93,7 +93,9 @@ func TestResultJSONShape(t *testing.T) {
 	assert.Equal(t, "failed", m["state"])
 	assert.Equal(t, "exit_nonzero", m["reason"])
 	assert.Equal(t, map[string]any{"memory_mb": 512.0, "cpus": 0.5, "pids": 64.0, "command_timeout_s": 30.0,
-		"job_timeout_s": 300.0, "output_bytes": float64(1 << 20), "tmpfs_mb": 64.0}, m["limits"], "timeouts in seconds")
+		"job_timeout_s": 300.0, "output_bytes": float64(1 << 20), "tmpfs_mb": 64.0, "keep_output": true}, m["limits"], "timeouts in seconds")
+	assert.Equal(t, map[string]any{"name": "", "bytes": 5.0, "sha256": "", "note": "not kept: the tenant's output bucket is full"},
+		m["kept"].(map[string]any)["stderr"], "an object not kept has an empty name and a note")
 	assert.Contains(t, string(b), `"command_timeout_s":30,`, "whole seconds print as integers")
 
 	// A minimal result keeps its required members and drops the rest.
@@ -119,6 +121,16 @@ func TestEffectiveJSON(t *testing.T) {
 	assert.Equal(t, time.Duration(math.MaxInt64), got.CommandTimeout, "saturates")
 	assert.Equal(t, time.Duration(math.MinInt64), got.JobTimeout, "saturates")
 	assert.Error(t, json.Unmarshal([]byte(`{"memory_mb":"x"}`), &got))
+
+	// keep_output is written only when true.
+	e.KeepOutput = true
+	b, err = json.Marshal(e)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"keep_output":true`)
+	got = Effective{}
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, e, got)
+	e.KeepOutput = false
 
 	// Through a pointer, as in Result.Limits.
 	b, err = json.Marshal(struct{ L *Effective }{&e})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -58,7 +59,7 @@ func sub(t testing.TB, root, n schemaNode, name string) schemaNode {
 var knownKeywords = []string{
 	"$schema", "$id", "$ref", "$defs", "title", "description", "default", "format",
 	"type", "properties", "required", "additionalProperties", "enum", "const", "pattern",
-	"minLength", "maxLength", "minimum", "maximum", "maxProperties", "propertyNames", "items", "not",
+	"minLength", "maxLength", "minimum", "maximum", "maxProperties", "propertyNames", "items", "maxItems", "not",
 }
 
 // validateSchema checks instance (a JSON document) against root with a
@@ -143,6 +144,9 @@ func goRequired(t reflect.Type) []string {
 	return req
 }
 
+// items returns the (resolved) item schema of array schema n.
+func items(root, n schemaNode) schemaNode { return resolve(root, n["items"].(schemaNode)) }
+
 func propNames(n schemaNode) []string {
 	props, _ := n["properties"].(schemaNode)
 	return slices.Sorted(maps.Keys(props))
@@ -183,12 +187,19 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{"spec.limits", spec, sub(t, spec, spec, "limits"), reflect.TypeFor[Limits](), []string{}},
 		{"spec.heal", spec, sub(t, spec, spec, "heal"), reflect.TypeFor[HealPolicy](), []string{}},
 		{"spec.volume", spec, sub(t, spec, spec, "volume"), reflect.TypeFor[Volume](), nil},
+		{"spec.files[]", spec, items(spec, sub(t, spec, spec, "files")), reflect.TypeFor[File](), nil},
+		{"spec.output", spec, sub(t, spec, spec, "output"), reflect.TypeFor[OutputPolicy](), nil},
 		{"result", result, result, reflect.TypeFor[Result](), nil},
 		{"result.stdout", result, sub(t, result, result, "stdout"), reflect.TypeFor[Output](), nil},
 		{"result.stderr", result, sub(t, result, result, "stderr"), reflect.TypeFor[Output](), nil},
 		{"result.errors[]", result, resolve(result, sub(t, result, result, "errors")["items"].(schemaNode)), reflect.TypeFor[FieldError](), nil},
 		{"result.attempts[]", result, resolve(result, sub(t, result, result, "attempts")["items"].(schemaNode)), reflect.TypeFor[Attempt](), nil},
 		{"result.limits", result, sub(t, result, result, "limits"), reflect.TypeFor[Effective](), nil},
+		{"result.kept", result, sub(t, result, result, "kept"), reflect.TypeFor[Kept](), nil},
+		{"result.kept.stdout", result, sub(t, result, sub(t, result, result, "kept"), "stdout"), reflect.TypeFor[Object](), nil},
+		{"result.kept.stderr", result, sub(t, result, sub(t, result, result, "kept"), "stderr"), reflect.TypeFor[Object](), nil},
+		{"result.artifacts[]", result, items(result, sub(t, result, result, "artifacts")), reflect.TypeFor[Object](), nil},
+		{"result.refused[]", result, items(result, sub(t, result, result, "refused")), reflect.TypeFor[Refusal](), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, sorted(goJSONNames(tc.typ)), propNames(tc.node), "schema properties vs Go JSON tags")
@@ -200,7 +211,8 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		})
 	}
 	// The spec schema is closed at every level, like Decode.
-	for _, n := range []schemaNode{spec, sub(t, spec, spec, "limits"), sub(t, spec, spec, "heal"), sub(t, spec, spec, "volume")} {
+	for _, n := range []schemaNode{spec, sub(t, spec, spec, "limits"), sub(t, spec, spec, "heal"), sub(t, spec, spec, "volume"),
+		items(spec, sub(t, spec, spec, "files")), sub(t, spec, spec, "output")} {
 		assert.Equal(t, false, n["additionalProperties"])
 	}
 }
@@ -259,6 +271,52 @@ func TestSchemaFixedRulesMatchGo(t *testing.T) {
 	for _, k := range []string{"command_timeout_s", "job_timeout_s", "output_bytes", "tmpfs_mb"} {
 		assert.EqualValues(t, 1, num(sub(t, spec, lim, k), "minimum"), k)
 	}
+
+	files := sub(t, spec, spec, "files")
+	file := items(spec, files)
+	arts := sub(t, spec, spec, "artifacts")
+	assert.EqualValues(t, MaxFiles, num(files, "maxItems"))
+	assert.EqualValues(t, MaxArtifactPatterns, num(arts, "maxItems"))
+	assert.EqualValues(t, MaxStdinBytes, num(sub(t, spec, spec, "stdin"), "maxLength"))
+	path := sub(t, spec, file, "path")
+	assert.EqualValues(t, MaxPathBytes, num(path, "maxLength"))
+	assert.EqualValues(t, 1, num(path, "minLength"))
+	assert.Equal(t, path, items(spec, arts), "a pattern has the rules of a path")
+	assert.Contains(t, path["not"].(schemaNode)["pattern"], fmt.Sprintf("[^/]{%d}", MaxPathElem+1))
+	assert.Contains(t, sub(t, spec, file, "ref")["pattern"], fmt.Sprintf("{0,%d}$", MaxRefBytes))
+}
+
+// The schema's patterns of agent I/O agree with CheckPath, CheckRef and
+// ParseMode: what Go accepts, the schema accepts; the schema refuses what
+// its rules can say.
+func TestSchemaIOPatternsMatchGo(t *testing.T) {
+	t.Parallel()
+	spec := loadSchema(t, SpecSchema)
+	doc := func(f string) []byte { return []byte(`{"command":"x","files":[` + f + `]}`) }
+	check := func(c ioCase, doc []byte) {
+		errs := validateSchema(spec, doc)
+		if c.msg == "" {
+			assert.Empty(t, errs, "%q", c.in)
+		} else if c.schema {
+			assert.NotEmpty(t, errs, "%q: the schema says this rule", c.in)
+		}
+	}
+	for _, c := range pathCases() {
+		b, _ := json.Marshal(File{Path: c.in})
+		check(c, doc(string(b)))
+	}
+	for _, c := range patternCases() {
+		b, _ := json.Marshal([]string{c.in})
+		check(c, []byte(`{"command":"x","artifacts":`+string(b)+`}`))
+	}
+	for _, m := range modeCases() {
+		b, _ := json.Marshal(File{Path: "a", Mode: m.in})
+		assert.Equal(t, m.msg == "", len(validateSchema(spec, doc(string(b)))) == 0, "mode %q", m.in)
+	}
+	for _, r := range refCases() {
+		b, _ := json.Marshal(File{Path: "a", Ref: r.in})
+		assert.Equal(t, r.msg == "", len(validateSchema(spec, doc(string(b)))) == 0, "ref %q", r.in)
+	}
 }
 
 func TestSchemaAcceptsWhatGoAccepts(t *testing.T) {
@@ -307,6 +365,27 @@ func TestSchemaRejectsFixedRuleViolations(t *testing.T) {
 		`{"command":"x","volume":{"name":"a..b"}}`,
 		`{"command":"x","volume":{"name":"v","mode":"wx"}}`,
 		`{"command":null}`,
+		`{"command":"x","files":"a"}`,
+		`{"command":"x","files":[{}]}`,
+		`{"command":"x","files":[{"path":"a","x":1}]}`,
+		`{"command":"x","files":[{"path":""}]}`,
+		`{"command":"x","files":[{"path":"/etc/passwd"}]}`,
+		`{"command":"x","files":[{"path":"a/../b"}]}`,
+		`{"command":"x","files":[{"path":".paddock/x"}]}`,
+		`{"command":"x","files":[{"path":"a\nb"}]}`,
+		`{"command":"x","files":[{"path":"` + strings.Repeat("a", MaxPathBytes+1) + `"}]}`,
+		`{"command":"x","files":[{"path":"a","mode":"4755"}]}`,
+		`{"command":"x","files":[{"path":"a","mode":644}]}`,
+		`{"command":"x","files":[{"path":"a","ref":"../x"}]}`,
+		`{"command":"x","files":[{"path":"a","content_b64":"e A="}]}`,
+		`{"command":"x","files":[null]}`,
+		`{"command":"x","files":[` + manyFiles(MaxFiles+1) + `]}`,
+		`{"command":"x","stdin":"` + strings.Repeat("i", MaxStdinBytes+1) + `"}`,
+		`{"command":"x","output":{"keep":"yes"}}`,
+		`{"command":"x","output":{"kept":true}}`,
+		`{"command":"x","artifacts":["/out"]}`,
+		`{"command":"x","artifacts":[1]}`,
+		`{"command":"x","artifacts":[` + manyPatterns(MaxArtifactPatterns+1) + `]}`,
 	} {
 		assert.NotEmpty(t, validateSchema(spec, []byte(doc)), doc)
 		_, err := decodeAndValidate(doc, fuzzCaps)
@@ -372,8 +451,16 @@ func fullResult() Result {
 		},
 		SubmittedAt: at, QueuedAt: at.Add(time.Millisecond), StartedAt: at.Add(2 * time.Millisecond), FinishedAt: at.Add(3 * time.Second),
 		Worker: "w1", Image: DefaultImage, Queue: DefaultQueue, Labels: map[string]string{"pipeline": "ci"},
-		Limits:       &Effective{MemoryMB: 512, CPUs: 0.5, Pids: 64, CommandTimeout: 30 * time.Second, JobTimeout: 300 * time.Second, OutputBytes: 1 << 20, TmpfsMB: 64},
+		Limits: &Effective{MemoryMB: 512, CPUs: 0.5, Pids: 64, CommandTimeout: 30 * time.Second, JobTimeout: 300 * time.Second, OutputBytes: 1 << 20, TmpfsMB: 64,
+			KeepOutput: true},
 		FencingToken: 7, LockWaitMS: 12, Runs: 1,
+		Kept: &Kept{
+			Stdout: Object{Name: StdoutObject("build-42.test"), Bytes: 3 << 20, SHA256: strings.Repeat("a", 64)},
+			Stderr: Object{Bytes: 5, Note: "not kept: the tenant's output bucket is full"},
+		},
+		Artifacts: []Object{{Name: ArtifactObject("build-42.test", "out/r.xml"), Path: "out/r.xml", Bytes: 10, SHA256: strings.Repeat("b", 64),
+			Truncated: true, Note: "cut at the per-file cap"}},
+		Refused: []Refusal{{Path: "out/link.xml", Reason: "a symlink"}},
 	}
 }
 

@@ -26,6 +26,14 @@ type Spec struct {
 	Heal    *HealPolicy       `json:"heal,omitempty"`
 	Volume  *Volume           `json:"volume,omitempty"`
 
+	// Agent I/O (io.go): files written under the workspace before the
+	// first command, the command's stdin, what to do with its output, and
+	// the artifacts collected after it.
+	Files     []File        `json:"files,omitempty"`
+	Stdin     string        `json:"stdin,omitempty"`
+	Output    *OutputPolicy `json:"output,omitempty"`
+	Artifacts []string      `json:"artifacts,omitempty"`
+
 	// Tenant is set by the scheduler from the subject the submission came
 	// on (the authenticated tenant); a client may leave it out or give its
 	// own tenant, and a spec naming another tenant is rejected.
@@ -58,6 +66,8 @@ type Effective struct {
 	JobTimeout     time.Duration `json:"-"`
 	OutputBytes    int64         `json:"output_bytes"`
 	TmpfsMB        int64         `json:"tmpfs_mb"`
+	// KeepOutput: the complete output goes to the tenant's output bucket.
+	KeepOutput bool `json:"-"`
 }
 
 // HealMode selects how much the self-healing loop may do.
@@ -102,6 +112,7 @@ type effectiveJSON struct {
 	JobTimeoutS     float64 `json:"job_timeout_s"`
 	OutputBytes     int64   `json:"output_bytes"`
 	TmpfsMB         int64   `json:"tmpfs_mb"`
+	KeepOutput      bool    `json:"keep_output,omitempty"`
 }
 
 // MarshalJSON writes the timeouts as seconds (whole numbers for every
@@ -110,7 +121,7 @@ func (e Effective) MarshalJSON() ([]byte, error) {
 	return json.Marshal(effectiveJSON{
 		MemoryMB: e.MemoryMB, CPUs: e.CPUs, Pids: e.Pids,
 		CommandTimeoutS: e.CommandTimeout.Seconds(), JobTimeoutS: e.JobTimeout.Seconds(),
-		OutputBytes: e.OutputBytes, TmpfsMB: e.TmpfsMB,
+		OutputBytes: e.OutputBytes, TmpfsMB: e.TmpfsMB, KeepOutput: e.KeepOutput,
 	})
 }
 
@@ -123,7 +134,7 @@ func (e *Effective) UnmarshalJSON(data []byte) error {
 	*e = Effective{
 		MemoryMB: w.MemoryMB, CPUs: w.CPUs, Pids: w.Pids,
 		CommandTimeout: seconds(w.CommandTimeoutS), JobTimeout: seconds(w.JobTimeoutS),
-		OutputBytes: w.OutputBytes, TmpfsMB: w.TmpfsMB,
+		OutputBytes: w.OutputBytes, TmpfsMB: w.TmpfsMB, KeepOutput: w.KeepOutput,
 	}
 	return nil
 }

@@ -135,7 +135,9 @@ func Validate(s *Spec, caps Caps) (Effective, error) {
 	v.checkLabels(s.Labels)
 	v.checkHeal(s.Heal, caps)
 	v.checkVolume(s.Volume, caps.Volumes)
+	v.checkIO(s, caps)
 	eff := v.limits(s.Limits, caps)
+	eff.KeepOutput = KeepOutput(s, caps)
 	// Last: it applies only when every check above passed.
 	v.fitCommandTimeout(&eff, s.Limits.CommandTimeoutS)
 

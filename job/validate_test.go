@@ -1,6 +1,7 @@
 package job
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,30 @@ func manyEnv(n int) string {
 		parts[i] = fmt.Sprintf(`"V%d":"x"`, i)
 	}
 	return `"env":{` + strings.Join(parts, ",") + `}`
+}
+
+// manyFiles returns n file objects f0..f(n-1) of one inline byte each.
+func manyFiles(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`{"path":"f%d","content_b64":"eA=="}`, i)
+	}
+	return strings.Join(parts, ",")
+}
+
+// longPath is a valid path of MaxPathBytes with an element of MaxPathElem.
+func longPath() string {
+	p := strings.Repeat("d/", (MaxPathBytes-MaxPathElem)/2) + strings.Repeat("f", MaxPathElem)
+	return strings.Repeat("d", MaxPathBytes-len(p)) + p
+}
+
+// manyPatterns returns n artifact patterns.
+func manyPatterns(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"out%d/*"`, i)
+	}
+	return strings.Join(parts, ",")
 }
 
 func manyLabels(n int) string {
@@ -301,6 +326,16 @@ var acceptedDocs = []string{
 	`{"command":"echo \"\ud83d\ude00\" \\ud800 \ufffd é"}`,
 	`{"command":"x","submitted_at":"0001-01-01T00:00:00Z"}`,
 	` {"command" : "x"} ` + "\n",
+	// agent I/O
+	`{"command":"sh run.sh","files":[{"path":"run.sh","content_b64":"ZWNobyBoaQo=","mode":"0755"},{"path":"data/in.csv","ref":"uploads/in.csv"},
+	  {"path":"empty"},{"path":"é/ü ñ.txt","content_b64":"","mode":"400"},{"path":".hidden/..x/...","content_b64":"ZWNo\nbyBoaQo=\r\n","mode":"0777"}],
+	  "stdin":"yes\n","output":{"keep":true},"artifacts":["out/*.xml","**","**/*.log","[a-c]?/\\*x","é*","[^.]*/[\\]]","a/**/b"]}`,
+	`{"command":"x","volume":{"name":"v","mode":"rw"},"files":[{"path":"a/b"},{"path":"a/c"},{"path":"ab"}],"output":{"keep":false},"stdin":""}`,
+	`{"command":"x","files":[],"artifacts":[],"output":{}}`,
+	`{"command":"x","files":[{"path":"` + longPath() + `","ref":"` + strings.Repeat("r", MaxRefBytes) + `"}]}`,
+	`{"command":"x","files":[` + manyFiles(MaxFiles) + `],"artifacts":[` + manyPatterns(MaxArtifactPatterns) + `]}`,
+	`{"command":"x","stdin":"` + strings.Repeat("i", MaxStdinBytes) + `"}`,
+	`{"command":"x","files":[{"path":"big","content_b64":"` + base64.StdEncoding.EncodeToString(make([]byte, DefaultInlineBytes)) + `"}]}`,
 	`{"command":"` + strings.Repeat("x", MaxCommandBytes) + `"}`,
 }
 

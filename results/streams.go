@@ -51,6 +51,9 @@ type StreamConfig struct {
 	// always published. Redis still holds every result for the retention, and
 	// the fleet's own decisions (duplicate ids, cancel) read Redis.
 	ResultsMaxBytes int64
+	// Stores sizes each tenant's live output stream and buckets
+	// (EnsureTenantStores); its Retention defaults to ResultRetention.
+	Stores StoreQuota
 }
 
 // Defaults of StreamConfig.
@@ -158,13 +161,25 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 }
 
 // EnsureTenantStream creates or updates tenant's stream of submissions
-// (JobsStreamConfig). Idempotent.
+// (JobsStreamConfig), and its agent I/O stores (EnsureTenantStores with
+// cfg.Stores). Idempotent.
 func EnsureTenantStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued int64) error {
 	sc, err := JobsStreamConfig(cfg, tenant, maxQueued)
 	if err != nil {
 		return err
 	}
-	return ensureStream(ctx, js, sc)
+	if err := ensureStream(ctx, js, sc); err != nil {
+		return err
+	}
+	cfg, _ = cfg.withDefaults()
+	q := cfg.Stores
+	if q.Retention == 0 {
+		q.Retention = cfg.ResultRetention
+	}
+	if q.Replicas == 0 {
+		q.Replicas = cfg.Replicas
+	}
+	return EnsureTenantStores(ctx, js, q, tenant)
 }
 
 // ensureStream is CreateOrUpdateStream made safe against a concurrent

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,8 +63,21 @@ type Command struct {
 	Timeout time.Duration
 	// OutputBytes is kept per stream: the first half and the last half.
 	OutputBytes int64
-	// OnOutput, if set, receives the streamed head of each stream.
+	// OnOutput, if set, receives the streamed head of each stream, or,
+	// with StreamAll, every byte of both. It runs on the reading goroutine:
+	// while it blocks, the command blocks on its writes, so a slow consumer
+	// slows only this command.
 	OnOutput func(Stream, []byte)
+	// StreamAll passes every byte of output to OnOutput as it is printed
+	// (the session then keeps head and tail itself). RateBytes, when > 0,
+	// bounds the output init reads per second, both streams together.
+	StreamAll bool
+	RateBytes int64
+	// Stdin is the command's standard input (default: empty).
+	Stdin []byte
+	// OutputKill, when > 0, replaces the runtime's OutputKillBytes for
+	// this command (a command whose output is kept may print more).
+	OutputKill int64
 }
 
 // Output is one captured stream: Head is the start, Tail the end; Bytes
@@ -281,7 +295,8 @@ func (s *Session) request(cmd Command) (initproto.Request, time.Duration) {
 	s.reqID++
 	return initproto.Request{
 		ID: s.reqID, Argv: argv, Path: path, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
-		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: s.r.cfg.OutputKillBytes,
+		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: cmp.Or(cmd.OutputKill, s.r.cfg.OutputKillBytes),
+		StreamAll: cmd.StreamAll, RateBytes: cmd.RateBytes, Stdin: cmd.Stdin,
 	}, timeout
 }
 
@@ -301,6 +316,12 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 	// What init sends is bounded by this worker's numbers, never by the
 	// frames: heads to half the cap, tails to the other half.
 	var tails [2][]byte
+	// With StreamAll the tails are kept here, from the live bytes past
+	// each head.
+	var rings [2]*initproto.Tail
+	if req.StreamAll {
+		rings = [2]*initproto.Tail{initproto.NewTail(int(outCap - half)), initproto.NewTail(int(outCap - half))}
+	}
 	for {
 		select {
 		case f, ok := <-s.b.frames:
@@ -309,12 +330,18 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 			}
 			switch f.typ {
 			case initproto.TypeStdout, initproto.TypeStderr:
-				st, dst := Stdout, &o.Stdout
+				st, dst, i := Stdout, &o.Stdout, 0
 				if f.typ == initproto.TypeStderr {
-					st, dst = Stderr, &o.Stderr
+					st, dst, i = Stderr, &o.Stderr, 1
 				}
+				rest := f.payload
 				if room := half - int64(len(dst.Head)); room > 0 {
-					dst.Head = append(dst.Head, f.payload[:min(int64(len(f.payload)), room)]...)
+					n := min(int64(len(rest)), room)
+					dst.Head = append(dst.Head, rest[:n]...)
+					rest = rest[n:]
+				}
+				if rings[i] != nil && len(rest) > 0 {
+					_, _ = rings[i].Write(rest)
 				}
 				if onOutput != nil {
 					onOutput(st, f.payload)
@@ -334,6 +361,9 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 					// retrying would fail the same way.
 					s.breakSession(fmt.Errorf("%w: bad exit frame", ErrSessionBroken))
 					return o, infra("run command", fmt.Errorf("paddock-init sent a malformed exit frame (id %d, want %d: %v); this is a bug in Paddock, please report it", x.ID, req.ID, err), false)
+				}
+				if req.StreamAll {
+					tails = [2][]byte{rings[0].Bytes(), rings[1].Bytes()}
 				}
 				finish(&o, x, tails, half)
 				return o, nil

@@ -178,6 +178,11 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	} else if over != nil {
 		return s.reject(ctx, msg, meta, owner, spec, over)
 	}
+	if bad, err := s.checkStores(ctx, spec); err != nil {
+		return d.retry(err)
+	} else if bad != nil {
+		return s.reject(ctx, msg, meta, owner, spec, bad)
+	}
 	canceled, err := s.store.Canceled(ctx, key)
 	if err != nil {
 		return d.retry(err)

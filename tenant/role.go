@@ -34,7 +34,7 @@ var ErrRole = errors.New("tenant: bad role")
 
 // SubjectOutputPrefix + tenant + "." + … carries the live output of a
 // tenant's jobs.
-const SubjectOutputPrefix = "paddock.output."
+const SubjectOutputPrefix = job.SubjectOutputPrefix
 
 // Grant lists the subjects a role may publish and subscribe to (NATS
 // wildcards allowed). Everything else is denied.
@@ -54,7 +54,9 @@ var serviceGrants = map[Role]Grant{
 		Sub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>"},
 	},
 	RoleWorker: {
-		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>"},
+		// $O.> and $JS.FC.>: Object Store chunks (kept output, artifacts)
+		// and the flow control of reading input files.
+		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>", "$O.>", "$JS.FC.>"},
 		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">"},
 	},
 	RoleAdmin: {Pub: []string{">"}, Sub: []string{">"}},
@@ -64,18 +66,48 @@ var serviceGrants = map[Role]Grant{
 // results (live, and the last one of a job by a JetStream direct get), t's
 // live output, and replies on t's own inbox prefix (job.InboxPrefix; the
 // tenant's connections must use it: nats.CustomInboxPrefix).
+//
+// Agent I/O: t may read its live output stream (job.OutputStream) and its
+// output bucket (job.OutBucket), and read and write its input bucket
+// (job.InBucket). Each of those streams holds only t's data, so t may run
+// any consumer on them; it may not create, update, delete or purge the
+// first two (the fleet does), and may purge only its input bucket (the
+// Object Store's overwrite).
 func tenantGrant(t string) Grant {
+	pub := []string{
+		job.SubmitSubject(t),
+		job.CancelRequestSubject(t),
+		"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
+	}
+	for _, st := range []string{job.OutputStream(t), objStream(job.OutBucket(t)), objStream(job.InBucket(t))} {
+		pub = append(pub, streamReader(st)...)
+	}
+	in := job.InBucket(t)
+	pub = append(pub, "$O."+in+".>", "$JS.API.STREAM.PURGE."+objStream(in))
 	return Grant{
-		Pub: []string{
-			job.SubmitSubject(t),
-			job.CancelRequestSubject(t),
-			"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
-		},
+		Pub: pub,
 		Sub: []string{
 			job.InboxPrefix(t) + ".>",
 			job.ResultSubjects(t),
-			SubjectOutputPrefix + t + ".>",
+			job.OutputSubjects(t),
 		},
+	}
+}
+
+// objStream is the stream behind an Object Store bucket.
+func objStream(bucket string) string { return "OBJ_" + bucket }
+
+// streamReader is what a client needs to read stream st: its info, direct
+// gets, consumers (created with or without a filter in the subject,
+// pulled, asked about, deleted) and the flow control of push consumers.
+func streamReader(st string) []string {
+	c := "$JS.API.CONSUMER."
+	return []string{
+		"$JS.API.STREAM.INFO." + st,
+		"$JS.API.DIRECT.GET." + st, "$JS.API.DIRECT.GET." + st + ".>",
+		c + "CREATE." + st, c + "CREATE." + st + ".>",
+		c + "MSG.NEXT." + st + ".*", c + "INFO." + st + ".*", c + "DELETE." + st + ".*",
+		"$JS.FC." + st + ".>",
 	}
 }
 

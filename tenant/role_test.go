@@ -1,7 +1,11 @@
 package tenant_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,13 +18,49 @@ func TestTenantGrantIsExactlyItsSubjects(t *testing.T) {
 	t.Parallel()
 	p, err := tenant.Permissions(tenant.RoleTenant, "dev")
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{"paddock.jobs.submit.dev", "paddock.api.cancel.dev",
-		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>"}, []string(p.Pub.Allow))
+	assert.Subset(t, []string(p.Pub.Allow), []string{"paddock.jobs.submit.dev", "paddock.api.cancel.dev",
+		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>"})
+	// Everything else is about dev's own output stream and buckets.
+	own := []string{"PADDOCK_OUTPUT_dev", "OBJ_paddock_out_dev", "OBJ_paddock_in_dev", "$O.paddock_in_dev."}
+	for _, s := range p.Pub.Allow[3:] {
+		assert.True(t, slices.ContainsFunc(own, func(o string) bool { return strings.Contains(s, o) }), s)
+	}
 	assert.ElementsMatch(t, []string{"_INBOX.dev.>", "paddock.results.dev.>", "paddock.output.dev.>"}, []string(p.Sub.Allow))
 	assert.Empty(t, p.Pub.Deny)
 	assert.Empty(t, p.Sub.Deny)
 	assert.Nil(t, p.Resp)
 	assert.Contains(t, p.Pub.Allow, job.SubmitSubject("dev"))
+}
+
+// A tenant's grant reaches nothing of another tenant, even one whose name
+// starts with its own, nor any stream-changing API of its output.
+func TestTenantGrantReachesNoOtherTenant(t *testing.T) {
+	t.Parallel()
+	p, err := tenant.Permissions(tenant.RoleTenant, "dev")
+	require.NoError(t, err)
+	for _, other := range []string{"devx", "de", "other"} {
+		for _, s := range []string{
+			job.SubmitSubject(other), job.ResultSubject(other, "a"), job.OutputSubject(other, "a"),
+			"$JS.API.STREAM.INFO." + job.OutputStream(other),
+			"$JS.API.CONSUMER.CREATE." + job.OutputStream(other) + ".c.paddock.output." + other + ".a",
+			"$JS.API.CONSUMER.MSG.NEXT.OBJ_" + job.OutBucket(other) + ".c",
+			"$JS.API.DIRECT.GET.OBJ_" + job.OutBucket(other) + ".$O." + job.OutBucket(other) + ".M.x",
+			"$O." + job.InBucket(other) + ".C.x",
+		} {
+			for _, allow := range p.Pub.Allow {
+				assert.False(t, server.SubjectsCollide(allow, s), "%s allows %s", allow, s)
+			}
+		}
+	}
+	for _, s := range []string{
+		"$JS.API.STREAM.DELETE." + job.OutputStream("dev"), "$JS.API.STREAM.PURGE." + job.OutputStream("dev"),
+		"$JS.API.STREAM.UPDATE.OBJ_" + job.OutBucket("dev"), "$JS.API.STREAM.PURGE.OBJ_" + job.OutBucket("dev"),
+		"$O." + job.OutBucket("dev") + ".C.x", job.OutputSubject("dev", "a"),
+	} {
+		for _, allow := range p.Pub.Allow {
+			assert.False(t, server.SubjectsCollide(allow, s), "%s allows %s", allow, s)
+		}
+	}
 }
 
 func TestNoRoleHasEmptyPermissions(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -29,6 +30,7 @@ type jobRun struct {
 	res     job.Result // the result so far; finish (result.go) ends it
 	profile sandbox.Profile
 	env     map[string]string
+	io      *runIO // the run's agent I/O, once a container was taken
 }
 
 // deadline is the end of the job's budget (limits.job_timeout_s).
@@ -130,6 +132,8 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	if err != nil {
 		return w.infraFail(ctx, r, err)
 	}
+	r.io = w.newRunIO(r)
+	defer r.io.end("") // no end marker unless finish gave one
 	if r.spec.Volume != nil {
 		// Deferred calls run last-in first-out: this runs before withVolume
 		// releases the volume.
@@ -143,8 +147,17 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	} else {
 		defer sess.Close()
 	}
+	if err := w.placeFiles(ctx, r, sess); err != nil {
+		return w.filesFailed(ctx, r, sess, err)
+	}
 	hres, err := w.heal(ctx, r, sess)
 	r.res.Attempts = hres.Attempts
+	if err == nil {
+		if cerr := w.collectArtifacts(ctx, r, sess); cerr != nil {
+			r.log.WarnContext(ctx, "artifacts not collected", "err", cerr)
+			r.res.Refused = append(r.res.Refused, job.Refusal{Path: strings.Join(r.spec.Artifacts, " "), Reason: "not collected: " + cerr.Error()})
+		}
+	}
 	return w.conclude(ctx, r, sess, hres, err)
 }
 
@@ -190,7 +203,7 @@ func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (he
 	// into it, so the sandbox (not this context) ends a command at the deadline.
 	hctx, cancel := context.WithDeadline(ctx, r.deadline())
 	defer cancel()
-	return w.cfg.Healer.Run(hctx, &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes},
+	return w.cfg.Healer.Run(hctx, &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes, io: r.io, ctx: ctx},
 		r.spec, policy, eff.CommandTimeout)
 }
 

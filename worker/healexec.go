@@ -21,14 +21,17 @@ type sessionExec struct {
 	sess        *sandbox.Session
 	dir         string // the job's workdir ("" = /workspace)
 	outputBytes int64  // the job's output cap per stream
+	io          *runIO // the run's agent I/O
+	ctx         context.Context
 }
 
 // Exec runs one command of the heal loop (the job's, an installer, a
 // repair) in the job's container.
 func (e *sessionExec) Exec(ctx context.Context, c healer.Command) (healer.Outcome, error) {
-	o, err := e.sess.Run(ctx, sandbox.Command{
-		Script: c.Script, Env: c.Env, Dir: e.dir, Timeout: c.Timeout, OutputBytes: e.outputBytes,
-	})
+	cmd := sandbox.Command{Script: c.Script, Env: c.Env, Dir: e.dir, Timeout: c.Timeout, OutputBytes: e.outputBytes}
+	ended := e.io.command(e.ctx, &cmd, c)
+	o, err := e.sess.Run(ctx, cmd)
+	ended()
 	return healer.Outcome{
 		ExitCode: o.ExitCode, Reason: job.Reason(o.Reason),
 		Stdout: outputText(o.Stdout), Stderr: outputText(o.Stderr),

@@ -26,7 +26,29 @@ func (w *Worker) finish(ctx context.Context, r *jobRun, reason job.Reason, msg s
 	r.res.Error = msg
 	r.res.FinishedAt = w.cfg.Now()
 	r.res.Finish(reason)
-	return w.record(ctx, r.log, r.res)
+	if r.io != nil && r.io.kept != nil {
+		r.res.Kept = r.io.kept
+	}
+	err := w.record(ctx, r.log, r.res)
+	if err == nil {
+		// After the record: a follower that sees the end finds the result.
+		r.io.end(reason)
+	}
+	return err
+}
+
+// filesFailed ends a job whose files could not be placed: the job's input
+// (rejected, naming the file) or the sandbox (infra).
+func (w *Worker) filesFailed(ctx context.Context, r *jobRun, sess *sandbox.Session, err error) error {
+	var ve *job.ValidationError
+	if errors.As(err, &ve) {
+		r.res.Errors = ve.Fields
+		return w.finish(ctx, r, job.ReasonRejected, "a file could not be placed in the workspace before the first command: "+ve.Error())
+	}
+	if ctx.Err() != nil {
+		return w.interrupted(ctx, r, sess)
+	}
+	return w.infraFail(ctx, r, err)
 }
 
 // commandEnded ends a job whose command ended: with its exit code, its

@@ -71,6 +71,22 @@ type Config struct {
 	Metrics        *telemetry.Metrics
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
+	// IO carries jobs' agent I/O (*results.IO): live output, kept output,
+	// artifacts and input files by ref. Nil: none of it (inline files and
+	// stdin still work; a job needing the store fails with a note).
+	IO JobIO
+	// NoLiveOutput turns live output off (kept output still works).
+	NoLiveOutput bool
+	// OutputRate bounds, in bytes per second, what paddock-init reads of a
+	// command's output while it is streamed (live output or keep on): a
+	// faster command waits on its writes. Default 256 MiB/s; < 0: no bound.
+	OutputRate int64
+	// KeptOutputKill is the output kill limit of a command whose output is
+	// kept (both streams; default 4 GiB): the kept copy is cut at the IO's
+	// MaxKeptBytes, this ends a command that prints on and on.
+	KeptOutputKill int64
+	// Artifacts bounds each job's artifacts.
+	Artifacts ArtifactCaps
 	// Now is the clock (tests).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -86,6 +102,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
+	if c.OutputRate == 0 {
+		c.OutputRate = 256 << 20
+	}
+	c.OutputRate = max(c.OutputRate, 0)
+	if c.KeptOutputKill == 0 {
+		c.KeptOutputKill = 4 << 30
+	}
+	c.Artifacts = c.Artifacts.withDefaults()
 	if len(c.Queues) == 0 {
 		c.Queues = job.QueueWeights(c.Caps.Queues)
 	}

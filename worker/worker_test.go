@@ -39,6 +39,7 @@ type stack struct {
 	t      *testing.T
 	docker *client.Client
 	nc     *nats.Conn
+	js     jetstream.JetStream
 	client *pclient.Client
 	store  *results.Store
 	worker *worker.Worker
@@ -90,7 +91,11 @@ func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod fu
 
 	caps := job.Caps{Images: []string{testsvc.TestImage}, DefaultMemoryMB: 64, DefaultPids: 32, DefaultTmpfsMB: 16}
 	owner := testsvc.Unique("w")
-	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second}
+	// Agent I/O is on, as in every real fleet: every job's output streams
+	// live through the tenant's output stream.
+	x, err := results.NewIO(js, results.IOConfig{})
+	require.NoError(t, err)
+	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second, IO: x}
 	if mod != nil {
 		mod(&cfg, rdb)
 	}
@@ -129,7 +134,7 @@ func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod fu
 	c, err := pclient.New(nc, ccfg)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return &stack{t: t, docker: d, nc: nc, client: c, store: store, worker: w, owner: owner, rdb: rdb}
+	return &stack{t: t, docker: d, nc: nc, js: js, client: c, store: store, worker: w, owner: owner, rdb: rdb}
 }
 
 func requireNoContainers(t *testing.T, d *client.Client, owner string) {

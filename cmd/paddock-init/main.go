@@ -93,7 +93,7 @@ func main() {
 	frames := make(chan frame)
 	go p.readFrames(conn, frames)
 	for f := range frames {
-		p.handle(f)
+		p.handle(f, frames)
 	}
 }
 
@@ -165,9 +165,10 @@ func (p *initProc) readFrames(conn io.Reader, frames chan<- frame) {
 }
 
 // handle answers one frame of the worker: a command runs and is answered
-// with its tails and its exit, a probe with the facts; a bad request or an
-// unknown frame ends the box.
-func (p *initProc) handle(f frame) {
+// with its tails and its exit, a probe with the facts, a put (which reads
+// its data frames from frames) and a collect as files.go says; a bad
+// request or an unknown frame ends the box.
+func (p *initProc) handle(f frame, frames <-chan frame) {
 	switch f.typ {
 	case initproto.TypeRun:
 		var req initproto.Request
@@ -182,6 +183,10 @@ func (p *initProc) handle(f frame) {
 	case initproto.TypeProbe:
 		b, _ := json.Marshal(probe())
 		p.send(initproto.TypeFacts, b)
+	case initproto.TypePut:
+		p.put(decodeFrame[initproto.Put](f), frames)
+	case initproto.TypeCollect:
+		p.collect(decodeFrame[initproto.Collect](f))
 	default:
 		fmt.Fprintf(os.Stderr, "paddock-init: unknown frame %q\n", f.typ)
 		die(2)
@@ -396,7 +401,7 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 // init's copies of those three. On success it returns the pid, already
 // demoted, and the channel its wait status arrives on.
 func (p *initProc) start(path string, req initproto.Request, outW, errW *os.File) (int, chan syscall.WaitStatus, error) {
-	devnull, _ := os.Open(os.DevNull)
+	stdin, feed := commandStdin(req.Stdin)
 	dir := req.Dir
 	if dir == "" {
 		dir = "/"
@@ -407,7 +412,7 @@ func (p *initProc) start(path string, req initproto.Request, outW, errW *os.File
 	// the child before its waiter is registered.
 	p.mu.Lock()
 	proc, err := os.StartProcess(path, req.Argv, &os.ProcAttr{
-		Dir: dir, Env: req.Env, Files: []*os.File{devnull, outW, errW},
+		Dir: dir, Env: req.Env, Files: []*os.File{stdin, outW, errW},
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err == nil {
@@ -416,17 +421,67 @@ func (p *initProc) start(path string, req initproto.Request, outW, errW *os.File
 	p.mu.Unlock()
 	outW.Close()
 	errW.Close()
-	if devnull != nil {
-		devnull.Close()
+	if stdin != nil {
+		stdin.Close()
 	}
 	if err != nil {
+		if feed != nil {
+			feed.Close()
+		}
 		return 0, nil, err
+	}
+	if feed != nil {
+		// Written while the command runs; a command that never reads it
+		// ends, and the write fails with EPIPE once every reader is gone.
+		go func() { _, _ = feed.Write(req.Stdin); feed.Close() }()
 	}
 	pid := proc.Pid
 	_ = proc.Release()
 	demote(pid)
 	p.reap() // in case SIGCHLD fired before the waiter existed
 	return pid, done, nil
+}
+
+// commandStdin returns the command's stdin: /dev/null, or the read end of a
+// pipe whose write end (feed) is to be given data.
+func commandStdin(data []byte) (stdin, feed *os.File) {
+	if len(data) == 0 {
+		stdin, _ = os.Open(os.DevNull)
+		return stdin, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		stdin, _ = os.Open(os.DevNull)
+		return stdin, nil
+	}
+	return r, w
+}
+
+// limiter bounds the bytes a command's pumps read per second (both
+// streams together) by sleeping in the pump: the command then blocks on its
+// writes. At most one second of idle time is banked as credit.
+type limiter struct {
+	mu    sync.Mutex
+	rate  int64
+	start time.Time
+	sent  int64
+}
+
+func (l *limiter) wait(n int) {
+	if l == nil || l.rate <= 0 {
+		return
+	}
+	l.mu.Lock()
+	now := time.Now()
+	if credit := now.Sub(l.start) - time.Duration(float64(l.sent)/float64(l.rate)*float64(time.Second)); credit > time.Second {
+		l.start, l.sent = now.Add(-time.Second), 0
+	}
+	l.sent += int64(n)
+	due := l.start.Add(time.Duration(float64(l.sent) / float64(l.rate) * float64(time.Second)))
+	l.mu.Unlock()
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
 }
 
 // command is one started command: its process group, the read ends of its
@@ -436,6 +491,8 @@ type command struct {
 	p          *initProc
 	pid        int
 	outputKill int64 // req.OutputKill
+	streamAll  bool  // req.StreamAll: every byte is sent live, no tail kept
+	rate       *limiter
 	outR, errR *os.File
 	streams    [2]*stream
 
@@ -447,11 +504,16 @@ type command struct {
 
 func newCommand(p *initProc, pid int, req initproto.Request, outR, errR *os.File) *command {
 	capHalf := req.OutputCap / 2
+	tailN := int(req.OutputCap - capHalf)
+	if req.StreamAll {
+		tailN = 0 // the worker keeps the tail
+	}
 	return &command{
 		p: p, pid: pid, outputKill: req.OutputKill, outR: outR, errR: errR,
+		streamAll: req.StreamAll, rate: &limiter{rate: req.RateBytes, start: time.Now()},
 		streams: [2]*stream{
-			{typ: initproto.TypeStdout, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
-			{typ: initproto.TypeStderr, headLeft: capHalf, tail: initproto.NewTail(int(req.OutputCap - capHalf))},
+			{typ: initproto.TypeStdout, headLeft: capHalf, tail: initproto.NewTail(tailN)},
+			{typ: initproto.TypeStderr, headLeft: capHalf, tail: initproto.NewTail(tailN)},
 		},
 		killed: make(chan string, 1),
 	}
@@ -478,7 +540,12 @@ func (c *command) pump(r *os.File, s *stream) {
 		if n > 0 {
 			chunk := buf[:n]
 			s.total += int64(n)
-			if s.headLeft > 0 {
+			if c.streamAll {
+				c.p.send(s.typ, chunk)
+				chunk = nil
+				c.rate.wait(n)
+			}
+			if s.headLeft > 0 && len(chunk) > 0 {
 				h := min(int64(len(chunk)), s.headLeft)
 				c.p.send(s.typ, chunk[:h])
 				s.headLeft -= h

@@ -32,7 +32,7 @@ const (
 
 // exitCodesHelp documents the exit codes in --help.
 const exitCodesHelp = `Exit status: 0 ok; 1 error (bad flags, unreachable service, …); 2 a job did
-not succeed (submit --wait, wait and get, after printing the results).`
+not succeed (submit --wait or --follow, wait and get, after printing the results).`
 
 type globals struct {
 	natsURL   string
@@ -84,7 +84,9 @@ func newRootCmd(g *globals) *cobra.Command {
 		Long: `Paddock runs batch jobs (a bash command, an image, limits) submitted over NATS
 JetStream, each in a fresh, read-only, network-less Docker container that is
 destroyed when the job ends. Start a dev stack with 'paddock up', then
-'paddock submit --wait -- "echo hi"' in another shell.
+'paddock submit --wait -- "echo hi"' in another shell ('submit --follow'
+prints the job's output as it runs; 'logs', 'output' and 'artifacts' read
+what a job printed and left; 'put' uploads input files).
 
 Every flag can also be set as PADDOCK_<FLAG> (e.g. PADDOCK_NATS_URL), or as
 PADDOCK_<COMMAND>_<FLAG> where a flag means different things on different
@@ -121,7 +123,7 @@ the command line wins.
 	registerCompletion(root, "log-format", fixedCompletion(logFormats...))
 
 	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(g),
-		tenantCmd(g), authCmd(g), schemaCmd(), versionCmd())
+		logsCmd(g), outputCmd(g), putCmd(g), artifactsCmd(g), tenantCmd(g), authCmd(g), schemaCmd(), versionCmd())
 	return root
 }
 

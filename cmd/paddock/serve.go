@@ -38,6 +38,8 @@ type schedFlags struct {
 	maxRetry        int
 	jobsMaxBytes    int64
 	resultsMaxBytes int64
+	storedMaxBytes  int64
+	outputMaxBytes  int64
 	maxResultBytes  int
 	maxRunning      int
 	slots           string
@@ -49,6 +51,8 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&s.dedupeWindow, "dedupe-window", 10*time.Minute, "JetStream duplicate window for submissions (Nats-Msg-Id = job id)")
 	cmd.Flags().IntVar(&s.maxRetry, "max-retry", 3, "queue retries of a job after infrastructure failures")
 	cmd.Flags().Int64Var(&s.jobsMaxBytes, "jobs-max-bytes", results.DefaultJobsMaxBytes, "size cap of the submissions stream; when full, submits are refused (client.ErrStreamFull) and nothing accepted is dropped")
+	cmd.Flags().Int64Var(&s.storedMaxBytes, "tenant-max-stored-bytes", results.DefaultStoredMaxBytes, "each tenant's quota of kept output and artifacts (and, apart, of uploads): the size of its buckets; when full, output is not kept (with a note) and keep/artifacts jobs are rejected")
+	cmd.Flags().Int64Var(&s.outputMaxBytes, "tenant-live-output-bytes", results.DefaultOutputMaxBytes, "size of each tenant's live output stream (1 h of chunks; the oldest leave first)")
 	cmd.Flags().Int64Var(&s.resultsMaxBytes, "results-max-bytes", results.DefaultResultsMaxBytes, "size cap of the results stream; when full, the oldest results leave NATS first (Redis keeps them)")
 	cmd.Flags().IntVar(&s.maxResultBytes, "max-result-bytes", results.DefaultMaxResultBytes, "bound of one stored result's JSON (escaping counted); larger outputs are cut in the middle")
 	cmd.Flags().IntVar(&s.maxRunning, "tenant-max-running", 64, "a tenant's jobs in the queue or running at once when its record sets no max-running")
@@ -58,7 +62,8 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 // streams is the size of the JetStream streams the flags ask for.
 func (s *schedFlags) streams() results.StreamConfig {
 	return results.StreamConfig{ResultRetention: s.resultRetention, DedupeWindow: s.dedupeWindow,
-		JobsMaxBytes: s.jobsMaxBytes, ResultsMaxBytes: s.resultsMaxBytes}
+		JobsMaxBytes: s.jobsMaxBytes, ResultsMaxBytes: s.resultsMaxBytes,
+		Stores: results.StoreQuota{StoredMaxBytes: s.storedMaxBytes, OutputMaxBytes: s.outputMaxBytes}}
 }
 
 // stack is the set of connections a service holds.
@@ -227,7 +232,7 @@ func workerCmd(g *globals) *cobra.Command {
 			}
 			defer obs.stop()
 			s.st.SetMetrics(obs.metrics)
-			w, err := newWorker(s.rdb, d, s.st, &wf, &cf, obs, g.logger)
+			w, err := newWorker(s.rdb, s.js, d, s.st, &wf, &cf, obs, g.logger)
 			if err != nil {
 				return err
 			}
@@ -390,7 +395,7 @@ func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upF
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorker(s.rdb, d, s.st, &f.wf, &f.cf, obs, log)
+	w, err := newWorker(s.rdb, s.js, d, s.st, &f.wf, &f.cf, obs, log)
 	if err != nil {
 		return nil, err
 	}

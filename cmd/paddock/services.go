@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
+	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/worker"
 )
@@ -115,6 +117,7 @@ type capsFlags struct {
 	maxJobTimeout            time.Duration
 	volumes                  bool
 	allowInstall             bool
+	keepOutput               bool
 }
 
 func (c *capsFlags) register(fs *pflag.FlagSet) {
@@ -127,6 +130,7 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.maxJobTimeout, "max-job-timeout", time.Hour, "cap on a job's job_timeout_s, whole seconds, at least 1s (jobs that name none get 5m, or the cap if lower)")
 	fs.BoolVar(&c.allowInstall, "allow-install", false, "let jobs ask for installs of missing tools (heal.allow_install; workers need --package-dir or an install network)")
 	fs.BoolVar(&c.volumes, "volumes", false, "accept jobs that ask for a shared volume (workers need --volume-root)")
+	fs.BoolVar(&c.keepOutput, "keep-output", false, "keep every job's complete output in its tenant's output bucket unless the job says output.keep=false")
 }
 
 func (c *capsFlags) caps() job.Caps {
@@ -137,7 +141,8 @@ func (c *capsFlags) caps() job.Caps {
 		queues = slices.Insert(slices.Delete(queues, i, i+1), 0, job.DefaultQueue)
 	}
 	return job.Caps{Images: c.images, Queues: queues, EnvAllow: c.envAllow,
-		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes, AllowInstall: c.allowInstall}.WithDefaults()
+		MaxMemoryMB: c.maxMemoryMB, MaxPids: c.maxPids, MaxCPUs: c.maxCPUs, MaxJobTimeout: c.maxJobTimeout, Volumes: c.volumes, AllowInstall: c.allowInstall,
+		KeepOutput: c.keepOutput}.WithDefaults()
 }
 
 // capsFlag names the flag that sets each job.Caps field.
@@ -220,6 +225,12 @@ type workerFlags struct {
 	lockWait        time.Duration
 	runDir          string
 	watchdog        time.Duration
+	liveOutput      bool
+	liveRateKB      int64
+	outputRateMB    int64
+	maxKeptMB       int64
+	artifacts       worker.ArtifactCaps
+	maxArtifactMB   int64
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -239,9 +250,15 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
 	fs.StringVar(&w.runDir, "run-dir", "", "directory of the sandboxes' private control sockets; the Docker engine must see it at the same path (default $PADDOCK_RUN_DIR, else /run/paddock as root)")
 	fs.DurationVar(&w.watchdog, "watchdog", 5*time.Second, "a sandbox whose worker is silent this long kills its processes and exits")
+	fs.BoolVar(&w.liveOutput, "live-output", true, "publish every job's output live on paddock.output.<tenant>.<id> (paddock logs -f)")
+	fs.Int64Var(&w.liveRateKB, "live-rate-kb", 1024, "live output of one job, KiB per second; what a job prints faster is dropped with a marker")
+	fs.Int64Var(&w.outputRateMB, "output-rate-mb", 256, "MiB per second the sandbox reads of a streamed command's output (live or kept); a faster command waits; 0 = no bound")
+	fs.Int64Var(&w.maxKeptMB, "max-kept-mb", 2048, "kept output of one stream of one job, MiB; past it the object is cut with a note")
+	fs.IntVar(&w.artifacts.MaxFiles, "max-artifacts", 100, "artifacts one job may leave")
+	fs.Int64Var(&w.maxArtifactMB, "max-artifact-mb", 64, "size of one artifact, MiB (the job's total is 4 times this)")
 }
 
-func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
+func newWorker(rdb *redis.Client, js jetstream.JetStream, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
 	id := wf.id
 	if id == "" {
 		id = defaultWorkerID()
@@ -257,7 +274,17 @@ func newWorker(rdb *redis.Client, d *client.Client, store worker.Store, wf *work
 		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
 		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
+		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
+		Artifacts: worker.ArtifactCaps{MaxFiles: wf.artifacts.MaxFiles, MaxFileBytes: wf.maxArtifactMB << 20, MaxTotalBytes: 4 * wf.maxArtifactMB << 20},
 	}
+	if wf.outputRateMB == 0 {
+		cfg.OutputRate = -1
+	}
+	x, err := results.NewIO(js, results.IOConfig{LiveRate: wf.liveRateKB << 10, MaxKeptBytes: wf.maxKeptMB << 20, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cfg.IO = x
 	h, err := newHealer(rdb, &wf.heal, obs, log)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ type submitFlags struct {
 	wait, allowInstall                                              bool
 	timeout, jobTimeout, waitTimeout                                time.Duration
 	delay                                                           delayFlags // delay.go
+	io                                                              submitIO   // io.go
 	submitOpts                                                      []client.SubmitOption
 }
 
@@ -42,6 +43,7 @@ results and prints them instead.
   paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10s -- 'python3 -c "print(2**10)"'
   paddock submit --wait --file jobs.jsonl          # one JSON spec per line
   paddock submit --in 10m -- 'make nightly'        # delayed: starts in 10 minutes (or --at RFC3339)
+  paddock submit --follow --keep-output --in-file data.csv:in/data.csv --artifact 'out/**' -- 'python3 run.py'
   cat jobs.jsonl | paddock submit --file - --wait --output json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			specs, err := f.specs(cmd, args)
@@ -75,6 +77,7 @@ results and prints them instead.
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (default: no limit)")
 	addOutputFlag(cmd, &f.output)
 	f.delay.register(fs)
+	f.io.register(fs)
 	fs.StringVar(&f.spanFile, "span-file", "", "record the submit spans in this `file` (default: the span file of 'paddock up', when it exists)")
 	registerCompletion(cmd, "heal", fixedCompletion(healModes...))
 	registerCompletion(cmd, "image", envListCompletion("PADDOCK_IMAGES", defaultImages))
@@ -88,6 +91,10 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 	if f.file != "" {
 		if len(args) > 0 {
 			return nil, errors.New("give either --file or a command, not both")
+		}
+		if f.io.set() {
+			return nil, errors.New("--follow, --keep-output, --in-file, --artifact and --stdin are for a command given on the line; " +
+				"a --file spec says \"output\", \"files\", \"artifacts\" and \"stdin\" itself")
 		}
 		var r io.Reader = os.Stdin
 		if f.file != "-" {
@@ -155,6 +162,9 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 	if f.heal != "" || f.allowInstall {
 		s.Heal = &job.HealPolicy{Mode: job.HealMode(f.heal), AllowInstall: f.allowInstall}
 	}
+	if err := f.io.apply(&s); err != nil {
+		return nil, err
+	}
 	return []job.Spec{s}, nil
 }
 
@@ -172,6 +182,11 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		return err
 	}
 	defer c.Close()
+	if len(f.io.inFiles) > 0 {
+		if err := f.io.attach(ctx, c, &specs[0], g.stderr); err != nil {
+			return err
+		}
+	}
 
 	prog := newProgress(g.stderr, "submitted", len(specs))
 	subs, err := c.SubmitBatch(ctx, specs, prog.update, f.submitOpts...)
@@ -191,6 +206,10 @@ func submitAndWait(ctx context.Context, g *globals, f *submitFlags, specs []job.
 		return errors.New("no job was submitted")
 	case len(ids) == 0:
 		return err
+	case f.io.follow:
+		if ferr := followJob(ctx, g, f, c, ids[0]); ferr != nil {
+			return ferr
+		}
 	case !f.wait:
 		if perr := printSubmitted(g.stdout, out, f.output); perr != nil {
 			return perr

@@ -28,6 +28,9 @@ const (
 	TypeRun       byte = 'C' // payload: JSON Request
 	TypeProbe     byte = 'P' // payload: empty; init answers TypeFacts
 	TypeHeartbeat byte = 'B' // payload: empty; init's watchdog resets
+	TypePut       byte = 'W' // payload: JSON Put; then Put.Size bytes in TypeData frames
+	TypeData      byte = 'D' // payload: the next bytes of the file being put
+	TypeCollect   byte = 'A' // payload: JSON Collect; init answers with files and refusals
 	// init → worker
 	TypeHello   byte = 'H' // payload: JSON Hello, sent once at start
 	TypeStdout  byte = 'O' // payload: live head bytes of the running command
@@ -36,6 +39,15 @@ const (
 	TypeTailErr byte = 'e'
 	TypeExit    byte = 'X' // payload: JSON Exit (small: no output in it)
 	TypeFacts   byte = 'F' // payload: JSON Facts
+	TypePutDone byte = 'K' // payload: JSON PutDone, once every TypeData of a put was read
+	// A collected file: TypeFileHdr (JSON FileHdr), its bytes in
+	// TypeFileData chunks of at most ChunkSize, then TypeFileEnd (JSON
+	// FileEnd, which may say the file must be dropped).
+	TypeFileHdr   byte = 'f'
+	TypeFileData  byte = 'd'
+	TypeFileEnd   byte = 'z'
+	TypeRefused   byte = 'r' // payload: JSON Refusal (a path not collected, and why)
+	TypeCollected byte = 'Y' // payload: JSON Collected: the collection is over
 )
 
 // MaxPayload bounds one worker → init frame (a request carries the
@@ -51,7 +63,10 @@ const (
 )
 
 // Version of the protocol spoken by this package.
-const Version = 2
+const Version = 3
+
+// DataChunk is the size of the TypeData frames the worker sends.
+const DataChunk = 256 << 10
 
 // In the container: the control directory, the socket in it, and the
 // flag that passes the watchdog period to init.
@@ -82,6 +97,65 @@ type Request struct {
 	// OutputKill is the total output (both streams) after which every
 	// process of the command is killed.
 	OutputKill int64 `json:"output_kill"`
+	// StreamAll sends every byte of output live (TypeStdout/TypeStderr) and
+	// no tail: the worker keeps head and tail itself, and can keep or
+	// forward the whole output. RateBytes, when > 0, bounds what init reads
+	// from the command's pipes per second (both streams): a command that
+	// prints faster blocks on its writes.
+	StreamAll bool  `json:"stream_all,omitempty"`
+	RateBytes int64 `json:"rate_bytes,omitempty"`
+	// Stdin is the command's standard input (else /dev/null).
+	Stdin []byte `json:"stdin,omitempty"`
+}
+
+// Put asks init to write a file of Size bytes, sent next as TypeData
+// frames, at Path (relative to the workspace, package boxfs's rules) with
+// permission Mode.
+type Put struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"`
+	Size int64  `json:"size"`
+}
+
+// PutDone answers a Put; Error is empty on success.
+type PutDone struct {
+	Error string `json:"error,omitempty"`
+}
+
+// Collect asks init to send the regular files under the workspace that
+// match Patterns, within the limits.
+type Collect struct {
+	Patterns      []string `json:"patterns"`
+	MaxFiles      int      `json:"max_files"`
+	MaxFileBytes  int64    `json:"max_file_bytes"`
+	MaxTotalBytes int64    `json:"max_total_bytes"`
+	MaxVisit      int      `json:"max_visit"`
+}
+
+// FileHdr starts a collected file.
+type FileHdr struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Mode uint32 `json:"mode"`
+}
+
+// FileEnd ends a collected file; a non-empty Refused means the bytes sent
+// must be dropped (e.g. the file changed while it was read).
+type FileEnd struct {
+	Refused string `json:"refused,omitempty"`
+}
+
+// Refusal is a path init did not collect, and why.
+type Refusal struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// Collected ends a collection.
+type Collected struct {
+	Files   int   `json:"files"`
+	Bytes   int64 `json:"bytes"`
+	Visited int   `json:"visited"`
 }
 
 // Hello is init's first frame.

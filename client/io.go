@@ -1,0 +1,631 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"iter"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paddockhq/paddock/internal/streamfull"
+	"github.com/paddockhq/paddock/job"
+)
+
+// Agent I/O (job/io.go): a job's live output, its kept output and
+// artifacts, and the tenant's uploads. Everything is the client's
+// tenant's: its live output stream (job.OutputStream), its output bucket
+// (job.OutBucket, read only) and its input bucket (job.InBucket).
+
+var (
+	// ErrNoLiveOutput: Follow found no (more) live output of a finished
+	// job: its chunks expired from the stream (short retention), or the job
+	// ran before live output existed. Its kept output (Output) or its
+	// result's text has what is left.
+	ErrNoLiveOutput = errors.New("client: no live output")
+	// ErrNotKept is matched (errors.Is) by a *NotKeptError.
+	ErrNotKept = errors.New("client: output not kept")
+	// ErrNotArtifact: Artifact was asked for a path the job's result does
+	// not list among its artifacts.
+	ErrNotArtifact = errors.New("client: not an artifact of the job")
+	// ErrBucketFull is matched (errors.Is) by a *BucketFullError.
+	ErrBucketFull = errors.New("client: tenant bucket full")
+)
+
+// NotKeptError reports an object that is not in the tenant's output
+// bucket: the job has not finished, it did not keep its output, the fleet
+// could not keep it (Note says why), or it expired.
+type NotKeptError struct {
+	ID string
+	// What is "stdout", "stderr", or "artifact <path>".
+	What string
+	// Finished: the job has a result.
+	Finished bool
+	// Note is the result's note on the object (job.Object.Note), if any.
+	Note string
+	// Expired: the result names the object but the bucket no longer has
+	// it (its TTL, the result retention, passed; or it was removed).
+	Expired bool
+}
+
+func (e *NotKeptError) Error() string {
+	switch {
+	case !e.Finished:
+		return fmt.Sprintf("client: no kept %s of job %s: the job has no result yet (output is kept when it ends), or the id is unknown", e.What, e.ID)
+	case e.Expired:
+		return fmt.Sprintf("client: the %s of job %s was kept but is no longer in the bucket (expired or removed)", e.What, e.ID)
+	case e.Note != "":
+		return fmt.Sprintf("client: the %s of job %s was not kept: %s", e.What, e.ID, e.Note)
+	}
+	return fmt.Sprintf("client: the %s of job %s was not kept: the job did not ask for it "+
+		"(Spec.Output.Keep; CLI: submit --keep-output) and the fleet does not keep output by default", e.What, e.ID)
+}
+
+// Is makes errors.Is(err, ErrNotKept) true.
+func (e *NotKeptError) Is(target error) bool { return target == ErrNotKept }
+
+// BucketFullError reports an upload the tenant's input bucket refused: it
+// holds the tenant's quota of bytes (results.StoreQuota.StoredMaxBytes),
+// or the server's JetStream storage is used up. Nothing of the upload is
+// left in the bucket. It matches ErrBucketFull and ErrQuota.
+type BucketFullError struct {
+	Tenant string
+	Bucket string
+	Name   string // the object's name (Put's ref)
+	Err    error  // what NATS answered
+}
+
+func (e *BucketFullError) Error() string {
+	return fmt.Sprintf("client: upload %s: tenant %q's bucket %s is full (%v): nothing was stored; "+
+		"wait for older uploads to expire, or have the operator raise the tenant's storage quota",
+		e.Name, e.Tenant, e.Bucket, e.Err)
+}
+
+// Is makes errors.Is(err, ErrBucketFull) and errors.Is(err, ErrQuota)
+// true.
+func (e *BucketFullError) Is(target error) bool { return target == ErrBucketFull || target == ErrQuota }
+
+func (e *BucketFullError) Unwrap() error { return e.Err }
+
+// Chunk is one message of a job's live output.
+type Chunk struct {
+	// Stream is "stdout" or "stderr" ("" on the end marker).
+	Stream string
+	Data   []byte
+	// Seq numbers the chunks of one run from 1; Run is the job's run
+	// (job.Result.Runs) the chunk is from.
+	Seq, Run int
+	// Skipped counts the bytes of Stream dropped just before this chunk
+	// (the job printed faster than the fleet's live rate bound; the kept
+	// output has them).
+	Skipped int64
+	// End marks the last message of the job's live output; Reason is then
+	// the job's reason.
+	End    bool
+	Reason job.Reason
+}
+
+// FollowOption changes what Follow does.
+type FollowOption func(*followConfig)
+
+type followConfig struct{ noWait bool }
+
+// NoWait makes Follow yield only the chunks the stream holds when it
+// starts and then end (with no error) instead of waiting for the job's
+// end; with no chunk stored it ends with ErrNoLiveOutput.
+func NoWait() FollowOption { return func(c *followConfig) { c.noWait = true } }
+
+// Bounds of Follow's waiting.
+const (
+	// followIdleFirst and followIdleMax space Follow's checks for the job's
+	// result while no chunk arrives, doubling from the first to the last.
+	followIdleFirst = 250 * time.Millisecond
+	followIdleMax   = 5 * time.Second
+	// followSettle is how long Follow keeps reading after it saw the job's
+	// result (its end marker may still be on its way) before it concludes
+	// that no more live output will come.
+	followSettle = time.Second
+	// followBuffer bounds the chunks Follow has pulled but not yielded.
+	followBuffer = 64
+)
+
+// Follow yields the live output of the tenant's job id, from the first
+// chunk the tenant's output stream holds, in order, and ends after the
+// end marker (a Chunk with End set). It reads the stream with an ordered
+// consumer (DeliverAll, filtered to job.OutputSubject): started before the
+// job prints, it gets everything; started after, it replays what the
+// stream kept. When the job has a result and no more chunks come, it ends
+// with an error matching ErrNoLiveOutput instead of waiting forever (the
+// chunks expired, or the job ran before live output existed). An error
+// ends the sequence: it is yielded once, with a zero Chunk; cancelling
+// ctx ends it with ctx's error. Each range over the sequence follows
+// afresh. Stopping the range early releases the consumer.
+func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) iter.Seq2[Chunk, error] {
+	var cfg followConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return func(yield func(Chunk, error) bool) {
+		f, err := c.startFollow(ctx, id, cfg)
+		if err != nil {
+			yield(Chunk{}, err)
+			return
+		}
+		defer f.stop()
+		for {
+			ch, last, err := f.next()
+			if errors.Is(err, errCaughtUp) {
+				return
+			}
+			if err != nil {
+				yield(Chunk{}, err)
+				return
+			}
+			if !yield(ch, nil) || ch.End || last {
+				return
+			}
+		}
+	}
+}
+
+// errCaughtUp ends a NoWait Follow that yielded what was stored.
+var errCaughtUp = errors.New("caught up")
+
+// follower is one range over Follow.
+type follower struct {
+	c        *Client
+	ctx      context.Context
+	id       string
+	stream   string
+	cons     jetstream.Consumer
+	msgs     jetstream.MessagesContext
+	noWait   bool
+	got      int           // chunks yielded
+	idle     time.Duration // the current wait for a chunk
+	lastMsg  time.Time
+	finished time.Time // when the job's result was first seen; zero before
+}
+
+// startFollow checks, with one direct get, that the tenant may read its
+// output stream and whether it holds anything of id (a refused request
+// fails at once, unlike a consumer creation), then creates the consumer.
+func (c *Client) startFollow(ctx context.Context, id string, cfg followConfig) (*follower, error) {
+	if err := job.CheckID(id); err != nil {
+		return nil, err
+	}
+	stream, subject := job.OutputStream(c.tenant), job.OutputSubject(c.tenant, id)
+	lctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	_, found, err := c.directLast(lctx, stream, subject)
+	if err != nil {
+		return nil, fmt.Errorf("client: follow %s: %w", id, err)
+	}
+	if !found && cfg.noWait {
+		return nil, fmt.Errorf("%w: the live output stream holds nothing of job %s (it has printed nothing yet, or its output expired)", ErrNoLiveOutput, id)
+	}
+	cons, err := c.js.OrderedConsumer(lctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute})
+	if err != nil {
+		if perr := c.deniedAny("$JS.API.CONSUMER.CREATE." + stream); perr != nil && timedOut(err) {
+			return nil, perr
+		}
+		return nil, fmt.Errorf("client: follow %s: consumer on %s: %w", id, stream, err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(followBuffer))
+	if err != nil {
+		return nil, fmt.Errorf("client: follow %s: %w", id, err)
+	}
+	return &follower{c: c, ctx: ctx, id: id, stream: stream, cons: cons, msgs: msgs, noWait: cfg.noWait,
+		idle: followIdleFirst, lastMsg: time.Now()}, nil
+}
+
+// next returns the next chunk; last is true when a NoWait follow has
+// reached the end of what was stored.
+func (f *follower) next() (ch Chunk, last bool, err error) {
+	for {
+		wctx, cancel := context.WithTimeout(f.ctx, f.idle)
+		msg, err := f.msgs.Next(jetstream.NextContext(wctx))
+		cancel()
+		switch {
+		case err == nil:
+			f.got++
+			f.idle, f.lastMsg = followIdleFirst, time.Now()
+			if f.noWait {
+				md, merr := msg.Metadata()
+				last = merr == nil && md.NumPending == 0
+			}
+			return parseChunk(msg), last, nil
+		case f.ctx.Err() != nil:
+			return Chunk{}, false, fmt.Errorf("client: follow %s: %w", f.id, f.ctx.Err())
+		case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
+			return Chunk{}, false, fmt.Errorf("client: follow %s: %w", f.id, err)
+		}
+		if err := f.quiet(); err != nil {
+			return Chunk{}, false, err
+		}
+	}
+}
+
+// quiet runs when no chunk came for f.idle: it ends a NoWait follow, and
+// otherwise looks for the job's result; once the result has been known
+// for followSettle with no chunk since, no more live output will come.
+func (f *follower) quiet() error {
+	if f.noWait {
+		return errCaughtUp
+	}
+	if f.finished.IsZero() {
+		ctx, cancel := f.c.withTimeout(f.ctx)
+		_, ok, err := f.c.lookup(ctx, f.id)
+		cancel()
+		switch {
+		case ok:
+			f.finished = time.Now()
+		case errors.Is(err, ErrPermission) || errors.Is(err, ErrNoStream) && f.c.nc.IsConnected():
+			return fmt.Errorf("client: follow %s: %w", f.id, err)
+		case err != nil && f.ctx.Err() == nil:
+			f.c.log.Debug("result look-up failed; looking again later", "job", f.id, "err", err)
+		}
+	}
+	if !f.finished.IsZero() && time.Since(f.finished) >= followSettle && time.Since(f.lastMsg) >= followSettle {
+		if f.got == 0 {
+			return fmt.Errorf("%w: job %s has finished and the live output stream holds none of its output "+
+				"(it expired, or the job ran before live output existed): read its kept output or its result", ErrNoLiveOutput, f.id)
+		}
+		return fmt.Errorf("%w: job %s has finished but its live output stopped after %d chunks without the end marker "+
+			"(the rest expired from the stream): read its kept output or its result", ErrNoLiveOutput, f.id, f.got)
+	}
+	f.idle = min(2*f.idle, followIdleMax)
+	return nil
+}
+
+// stop ends the pulls and deletes the consumer (it would otherwise stay
+// until its InactiveThreshold), on a context of its own.
+func (f *follower) stop() {
+	f.msgs.Stop()
+	info := f.cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), f.c.cfg.PublishTimeout)
+	defer cancel()
+	if err := f.c.js.DeleteConsumer(ctx, f.stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		f.c.log.Debug("deleting a follow consumer failed; it expires by itself", "job", f.id, "err", err)
+	}
+}
+
+// parseChunk reads a live output message (the fleet publishes them: a
+// malformed number reads as 0).
+func parseChunk(m jetstream.Msg) Chunk {
+	h := m.Headers()
+	if v := h.Values(job.HeaderOutEnd); len(v) > 0 {
+		return Chunk{End: true, Reason: job.Reason(v[0])}
+	}
+	num := func(key string) int64 {
+		n, _ := strconv.ParseInt(h.Get(key), 10, 64)
+		return n
+	}
+	return Chunk{Stream: h.Get(job.HeaderOutStream), Data: m.Data(), Seq: int(num(job.HeaderOutSeq)),
+		Run: int(num(job.HeaderOutRun)), Skipped: num(job.HeaderOutSkipped)}
+}
+
+// directLast reads the last message on subject in stream with a direct
+// get (the stream allows them), through request: a refused request fails
+// at once. found is false when the stream holds none.
+func (c *Client) directLast(ctx context.Context, stream, subject string) (*nats.Msg, bool, error) {
+	api := "$JS.API.DIRECT.GET." + stream + "."
+	reply, err := c.request(ctx, &nats.Msg{Subject: api + subject}, api)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, false, &NoStreamError{Stream: stream, Tenant: c.tenant, Err: err}
+	case errors.Is(err, ErrPermission):
+		return nil, false, err
+	case err != nil:
+		return nil, false, fmt.Errorf("read %s: %w", stream, err)
+	}
+	if status := reply.Header.Get("Status"); len(reply.Data) == 0 && status != "" {
+		if status == "404" {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("read %s: JetStream answered %s %s", stream, status, reply.Header.Get("Description"))
+	}
+	return reply, true, nil
+}
+
+// objMeta is the meta of an object as stored (what the Object Store's
+// GetInfo reads), and its raw message.
+type objMeta struct {
+	info jetstream.ObjectInfo
+	raw  []byte
+}
+
+// objectMeta reads the meta of object name in bucket with a direct get;
+// nil when there is none (a deleted object's is returned, Deleted set).
+func (c *Client) objectMeta(ctx context.Context, bucket, name string) (*objMeta, error) {
+	msg, found, err := c.directLast(ctx, "OBJ_"+bucket, metaSubject(bucket, name))
+	if err != nil || !found {
+		return nil, err
+	}
+	m := &objMeta{raw: msg.Data}
+	if err := json.Unmarshal(msg.Data, &m.info); err != nil {
+		return nil, fmt.Errorf("object %s of bucket %s: malformed meta: %w", name, bucket, err)
+	}
+	return m, nil
+}
+
+// metaSubject is the subject of the meta of object name in bucket.
+func metaSubject(bucket, name string) string {
+	return "$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// objectInfo reports whether object name is in bucket (not deleted).
+func (c *Client) objectInfo(ctx context.Context, bucket, name string) (bool, error) {
+	m, err := c.objectMeta(ctx, bucket, name)
+	return m != nil && !m.info.Deleted, err
+}
+
+// objectStore binds bucket once per client (a stream info request).
+func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	if obs, ok := c.stores.Load(bucket); ok {
+		return obs.(jetstream.ObjectStore), nil
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	obs, err := c.js.ObjectStore(ctx, bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, &NoStreamError{Stream: "OBJ_" + bucket, Tenant: c.tenant, Err: err}
+	case err != nil && timedOut(err):
+		if perr := c.deniedAny("$JS.API.STREAM.INFO.OBJ_" + bucket); perr != nil {
+			return nil, perr
+		}
+		return nil, fmt.Errorf("client: bucket %s: %w", bucket, err)
+	case err != nil:
+		return nil, fmt.Errorf("client: bucket %s: %w", bucket, err)
+	}
+	c.stores.Store(bucket, obs)
+	return obs, nil
+}
+
+// Output returns the kept stdout or stderr (stream "stdout" or "stderr")
+// of the tenant's job id, from the tenant's output bucket: the complete
+// output of a job that asked to keep it (Spec.Output.Keep, or the
+// operator's default). The reader streams the object (it is never held in
+// memory whole) and fails at its end if the bytes do not match the
+// object's digest; Close it. ctx bounds the whole read; without a deadline
+// the read has none (the look-up before it takes PublishTimeout). An object
+// that is not there is a *NotKeptError (errors.Is ErrNotKept) saying why,
+// from the job's result.
+func (c *Client) Output(ctx context.Context, id, stream string) (io.ReadCloser, error) {
+	if err := job.CheckID(id); err != nil {
+		return nil, err
+	}
+	var name string
+	switch stream {
+	case "stdout":
+		name = job.StdoutObject(id)
+	case "stderr":
+		name = job.StderrObject(id)
+	default:
+		return nil, fmt.Errorf("%w: output stream %q: want stdout or stderr", ErrConfig, stream)
+	}
+	bucket := job.OutBucket(c.tenant)
+	lctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	if ok, err := c.objectInfo(lctx, bucket, name); err != nil {
+		return nil, fmt.Errorf("client: output %s of %s: %w", stream, id, err)
+	} else if !ok {
+		return nil, c.notKept(lctx, id, stream)
+	}
+	return c.download(ctx, bucket, name, nil)
+}
+
+// notKept explains a missing kept output from the job's result.
+func (c *Client) notKept(ctx context.Context, id, stream string) error {
+	r, ok, err := c.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	e := &NotKeptError{ID: id, What: stream, Finished: ok}
+	if ok && r.Kept != nil {
+		o := r.Kept.Stdout
+		if stream == "stderr" {
+			o = r.Kept.Stderr
+		}
+		e.Note, e.Expired = o.Note, o.Name != ""
+	}
+	return e
+}
+
+// Artifacts returns the artifacts the tenant's job id left and the files
+// (or patterns) that were refused, with why, from its result; an error
+// wrapping ErrNotFinished when it has none yet.
+func (c *Client) Artifacts(ctx context.Context, id string) ([]job.Object, []job.Refusal, error) {
+	r, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.Artifacts, r.Refused, nil
+}
+
+// Artifact returns the artifact at path (under the workspace) of the
+// tenant's job id, which the job's result must list among its artifacts
+// (ErrNotArtifact otherwise: no other object of the bucket is reachable
+// through it). The reader streams the object like Output's and also fails
+// at its end if the bytes are not the size and sha256 the result names.
+func (c *Client) Artifact(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	if err := job.CheckPath(path); err != nil {
+		return nil, &job.ValidationError{Fields: []job.FieldError{{Field: "path", Message: err.Error()}}}
+	}
+	r, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(r.Artifacts, func(o job.Object) bool { return o.Path == path })
+	if i < 0 {
+		why := ""
+		if j := slices.IndexFunc(r.Refused, func(x job.Refusal) bool { return x.Path == path }); j >= 0 {
+			why = ": it was refused: " + r.Refused[j].Reason
+		}
+		return nil, fmt.Errorf("%w: %q is not among the %d artifacts of job %s%s", ErrNotArtifact, path, len(r.Artifacts), id, why)
+	}
+	want := r.Artifacts[i]
+	bucket, name := job.OutBucket(c.tenant), job.ArtifactObject(id, path)
+	lctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	if ok, err := c.objectInfo(lctx, bucket, name); err != nil {
+		return nil, fmt.Errorf("client: artifact %s of %s: %w", path, id, err)
+	} else if !ok {
+		return nil, &NotKeptError{ID: id, What: "artifact " + path, Finished: true, Expired: true}
+	}
+	return c.download(ctx, bucket, name, &want)
+}
+
+// noDeadline stands for "no deadline" with nats.go's Object Store, which
+// applies its default timeout (5s) to a whole download whose ctx has none.
+const noDeadline = 100 * 365 * 24 * time.Hour
+
+// download streams object name of bucket; with want, the bytes must be
+// want's size and sha256.
+func (c *Client) download(ctx context.Context, bucket, name string, want *job.Object) (io.ReadCloser, error) {
+	obs, err := c.objectStore(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, noDeadline)
+	}
+	// The start (a look-up and a consumer's creation) takes PublishTimeout
+	// at most, whatever the deadline of the read.
+	start := time.AfterFunc(c.cfg.PublishTimeout, cancel)
+	res, err := obs.Get(dctx, name)
+	if !start.Stop() && err == nil {
+		_ = res.Close()
+		err = fmt.Errorf("no answer in %s", c.cfg.PublishTimeout)
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("client: get %s from %s: %w", name, bucket, err)
+	}
+	d := &downloadReader{res: res, cancel: cancel, name: name, want: want}
+	if want != nil {
+		d.sum = sha256.New()
+	}
+	return d, nil
+}
+
+// downloadReader is an object being read.
+type downloadReader struct {
+	res    jetstream.ObjectResult
+	cancel context.CancelFunc
+	name   string
+	want   *job.Object
+	sum    hash.Hash // with want
+	n      int64
+}
+
+func (d *downloadReader) Read(p []byte) (int, error) {
+	n, err := d.res.Read(p)
+	if d.want == nil {
+		return n, err
+	}
+	d.sum.Write(p[:n])
+	d.n += int64(n)
+	if err == io.EOF {
+		if got := hex.EncodeToString(d.sum.Sum(nil)); d.n != d.want.Bytes || got != d.want.SHA256 {
+			return n, fmt.Errorf("client: object %s is %d bytes with sha256 %s; its job's result names %d bytes with sha256 %s",
+				d.name, d.n, got, d.want.Bytes, d.want.SHA256)
+		}
+	}
+	return n, err
+}
+
+func (d *downloadReader) Close() error {
+	err := d.res.Close()
+	d.cancel()
+	return err
+}
+
+// Put uploads r to the tenant's input bucket (job.InBucket) under ref
+// (job.CheckRef), replacing an object of that name, and returns its size
+// and hex sha256 (computed while streaming: r is never held in memory
+// whole). A job names it in a job.File's Ref. A full bucket (the tenant's
+// storage quota) is a *BucketFullError (errors.Is ErrBucketFull and
+// ErrQuota). A failed Put leaves the bucket as it was: the object it
+// replaced, or none. ctx bounds the whole upload; without a deadline each
+// chunk's publish takes PublishTimeout at most.
+func (c *Client) Put(ctx context.Context, ref string, r io.Reader) (job.Object, error) {
+	if err := job.CheckRef(ref); err != nil {
+		return job.Object{}, &job.ValidationError{Fields: []job.FieldError{{Field: "ref", Message: err.Error()}}}
+	}
+	if r == nil {
+		return job.Object{}, fmt.Errorf("%w: Put of %s: nil reader", ErrConfig, ref)
+	}
+	bucket := job.InBucket(c.tenant)
+	lctx, cancel := c.withTimeout(ctx)
+	before, err := c.objectMeta(lctx, bucket, ref) // a refusal fails here at once
+	cancel()
+	if err != nil {
+		return job.Object{}, fmt.Errorf("client: upload %s: %w", ref, err)
+	}
+	obs, err := c.objectStore(ctx, bucket)
+	if err != nil {
+		return job.Object{}, err
+	}
+	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ref}, r)
+	if err != nil {
+		c.undoPut(ctx, obs, bucket, ref, before)
+	}
+	switch {
+	case err != nil && streamfull.Is(err):
+		return job.Object{}, &BucketFullError{Tenant: c.tenant, Bucket: bucket, Name: ref, Err: err}
+	case err != nil && timedOut(err):
+		if perr := c.deniedAny("$O." + bucket); perr != nil {
+			return job.Object{}, perr
+		}
+		fallthrough
+	case err != nil:
+		return job.Object{}, fmt.Errorf("client: upload %s: %w", ref, err)
+	}
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return job.Object{}, fmt.Errorf("client: upload %s: digest %q: %w", ref, info.Digest, err)
+	}
+	return job.Object{Name: ref, Bytes: int64(info.Size), SHA256: hex.EncodeToString(sum)}, nil
+}
+
+// undoPut puts back the meta of ref as it was before a failed Put:
+// nats.go publishes an object's meta before it knows whether every chunk
+// was stored, and on a refused chunk purges the chunks but leaves the
+// meta, which then names bytes that are gone. The object it replaced
+// (whose chunks are still there) is restored; with none, the new meta is
+// marked deleted. It runs on a context of its own.
+func (c *Client) undoPut(ctx context.Context, obs jetstream.ObjectStore, bucket, ref string, before *objMeta) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.PublishTimeout)
+	defer cancel()
+	now, err := c.objectMeta(ctx, bucket, ref)
+	if err != nil || now == nil || before != nil && now.info.NUID == before.info.NUID {
+		return // no meta of the failed upload
+	}
+	if before == nil || before.info.Deleted {
+		err = obs.Delete(ctx, ref)
+	} else {
+		m := nats.NewMsg(metaSubject(bucket, ref))
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Data = before.raw
+		_, err = c.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		c.log.Warn("a failed upload left its meta; the object reads as damaged until it is put again", "ref", ref, "err", err)
+	}
+}

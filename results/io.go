@@ -1,0 +1,408 @@
+package results
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// IOConfig sizes what a worker sends of a job's output. A zero field takes
+// its default.
+type IOConfig struct {
+	// LiveRate bounds the live output of one job, bytes per second (both
+	// streams); what is printed faster is dropped, and the next chunk says
+	// how much (job.HeaderOutSkipped). Default 1 MiB/s, with a burst of
+	// LiveBuffer.
+	LiveRate int64
+	// LiveBuffer bounds the bytes of one job's live output waiting to be
+	// published (per stream): while the publisher is behind, chunks
+	// coalesce up to it, then new bytes are dropped. Default 256 KiB.
+	LiveBuffer int
+	// MaxKeptBytes bounds the kept output of one stream of one job; past it
+	// the object is cut (Object.Truncated). Default 2 GiB.
+	MaxKeptBytes int64
+	Logger       *slog.Logger
+}
+
+// Defaults of IOConfig.
+const (
+	DefaultLiveRate     = 1 << 20
+	DefaultLiveBuffer   = 256 << 10
+	DefaultMaxKeptBytes = 2 << 30
+	// liveChunk bounds one published chunk.
+	liveChunk = 64 << 10
+	// livePending bounds the unacknowledged chunks of one job.
+	livePending = 4
+)
+
+// IO is the worker's side of agent I/O on NATS: live output, kept output,
+// artifacts and input files, all in the job's tenant's own stream and
+// buckets.
+type IO struct {
+	js  jetstream.JetStream
+	cfg IOConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	buckets map[string]jetstream.ObjectStore
+}
+
+// NewIO returns the agent I/O of a worker connected with js.
+func NewIO(js jetstream.JetStream, cfg IOConfig) (*IO, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: NewIO needs a JetStream", ErrConfig)
+	}
+	if cfg.LiveRate < 0 || cfg.LiveBuffer < 0 || cfg.MaxKeptBytes < 0 {
+		return nil, fmt.Errorf("%w: negative LiveRate, LiveBuffer or MaxKeptBytes", ErrConfig)
+	}
+	if cfg.LiveRate == 0 {
+		cfg.LiveRate = DefaultLiveRate
+	}
+	if cfg.LiveBuffer == 0 {
+		cfg.LiveBuffer = DefaultLiveBuffer
+	}
+	if cfg.MaxKeptBytes == 0 {
+		cfg.MaxKeptBytes = DefaultMaxKeptBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &IO{js: js, cfg: cfg, log: cfg.Logger.With("component", "results.io"), buckets: map[string]jetstream.ObjectStore{}}, nil
+}
+
+// bucket opens (once) the Object Store bucket name.
+func (x *IO) bucket(ctx context.Context, name string) (jetstream.ObjectStore, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if b, ok := x.buckets[name]; ok {
+		return b, nil
+	}
+	b, err := x.js.ObjectStore(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("results: bucket %s: %w (the scheduler creates each tenant's buckets)", name, err)
+	}
+	x.buckets[name] = b
+	return b, nil
+}
+
+// Input opens the object ref of tenant's input bucket (a job's File.Ref)
+// and returns it with its size. ErrNotFound when there is no such object.
+func (x *IO) Input(ctx context.Context, tenant, ref string) (io.ReadCloser, int64, error) {
+	b, err := x.bucket(ctx, job.InBucket(tenant))
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := b.Get(ctx, ref)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, 0, fmt.Errorf("%w: %q is not in %s (upload it with `paddock put`; objects expire after the retention)", ErrNotFound, ref, job.InBucket(tenant))
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("results: open input %q: %w", ref, err)
+	}
+	info, err := r.Info()
+	if err != nil {
+		r.Close()
+		return nil, 0, fmt.Errorf("results: input %q: %w", ref, err)
+	}
+	return r, int64(info.Size), nil
+}
+
+// Put stores r as object name of tenant's output bucket, and returns it
+// named with its size and sha256. A full bucket (the tenant's quota) is an
+// error matching ErrStreamFull.
+func (x *IO) Put(ctx context.Context, tenant, name string, r io.Reader) (job.Object, error) {
+	b, err := x.bucket(ctx, job.OutBucket(tenant))
+	if err != nil {
+		return job.Object{Name: name}, err
+	}
+	h := sha256.New()
+	info, err := b.Put(ctx, jetstream.ObjectMeta{Name: name}, fullReader{io.TeeReader(r, h)})
+	if err != nil {
+		if IsStreamFull(err) {
+			err = fmt.Errorf("%w: %s is full (the tenant's stored-bytes quota): %v", ErrStreamFull, job.OutBucket(tenant), err)
+		}
+		return job.Object{Name: name}, err
+	}
+	return job.Object{Name: name, Bytes: int64(info.Size), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// Delete removes object name of tenant's output bucket (a dropped artifact).
+func (x *IO) Delete(ctx context.Context, tenant, name string) error {
+	b, err := x.bucket(ctx, job.OutBucket(tenant))
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	return nil
+}
+
+// fullReader fills each Read as far as it can, so that the Object Store
+// gets whole chunks from a reader of small writes (a pipe).
+type fullReader struct{ r io.Reader }
+
+func (f fullReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, io.EOF) && n > 0) {
+		err = nil
+	}
+	return n, err
+}
+
+// Keeper streams one stream of a job's output into the output bucket. Its
+// Write blocks while the store is behind (the command then waits on its
+// writes: the full output is exact or cut with a note, never silently
+// lost); past the per-job cap, or once the store failed, bytes are counted
+// and dropped.
+type Keeper struct {
+	x       *IO
+	name    string
+	pw      *io.PipeWriter
+	done    chan struct{}
+	obj     job.Object
+	err     error
+	written int64
+	printed int64
+}
+
+// Keep starts keeping object name for tenant.
+func (x *IO) Keep(ctx context.Context, tenant, name string) *Keeper {
+	pr, pw := io.Pipe()
+	k := &Keeper{x: x, name: name, pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		k.obj, k.err = x.Put(ctx, tenant, name, pr)
+		pr.CloseWithError(errKeeperDone)
+	}()
+	return k
+}
+
+var errKeeperDone = errors.New("results: keeper ended")
+
+// Write keeps p, or what of it fits the cap.
+func (k *Keeper) Write(p []byte) (int, error) {
+	k.printed += int64(len(p))
+	room := k.x.cfg.MaxKeptBytes - k.written
+	if room <= 0 {
+		return len(p), nil
+	}
+	n, _ := k.pw.Write(p[:min(int64(len(p)), room)]) // a failed store is reported by Close
+	k.written += int64(n)
+	return len(p), nil
+}
+
+// Close ends the object and returns it named; an Object with an empty
+// Name was not kept, and its Note says why.
+func (k *Keeper) Close() job.Object {
+	k.pw.Close()
+	<-k.done
+	if k.err != nil {
+		why := "the output store failed"
+		if errors.Is(k.err, ErrStreamFull) {
+			why = "the tenant's output bucket is full (stored-bytes quota)"
+		}
+		k.x.log.Warn("output not kept", "object", k.name, "err", k.err)
+		return job.Object{Bytes: k.printed, Note: fmt.Sprintf("not kept: %s: %v", why, k.err)}
+	}
+	o := k.obj
+	if k.printed > k.written {
+		o.Truncated = true
+		o.Note = fmt.Sprintf("cut at the per-job cap of %d bytes; the command printed %d", k.x.cfg.MaxKeptBytes, k.printed)
+	}
+	return o
+}
+
+// Live publishes one run of a job's live output. Write never blocks: it
+// adds to a bounded buffer that a publisher goroutine drains at the job's
+// rate, and counts what it has to drop.
+type Live struct {
+	x       *IO
+	subject string
+	run     string
+	lim     *rate.Limiter
+
+	mu   sync.Mutex
+	wake chan struct{}
+	// Per stream: the buffered bytes in segments, each with the count of
+	// bytes dropped just before it; skipped counts those dropped after the
+	// last segment; size is the buffered total.
+	segs    [2][]segment
+	skipped [2]int64
+	size    [2]int
+	closed  bool
+	reason  string
+	done    chan struct{}
+	seq     int
+}
+
+// Live starts the live output of run of tenant's job id.
+func (x *IO) Live(tenant, id string, run int) *Live {
+	l := &Live{
+		x: x, subject: job.OutputSubject(tenant, id), run: strconv.Itoa(run),
+		lim:  rate.NewLimiter(rate.Limit(x.cfg.LiveRate), max(x.cfg.LiveBuffer, liveChunk)),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	go l.publish()
+	return l
+}
+
+// segment is buffered live output and the bytes dropped just before it.
+type segment struct {
+	skipped int64
+	data    []byte
+}
+
+// Write adds p to stream (0 stdout, 1 stderr); what does not fit the
+// buffer is dropped and counted.
+func (l *Live) Write(stream int, p []byte) {
+	l.mu.Lock()
+	n := min(max(l.x.cfg.LiveBuffer-l.size[stream], 0), len(p))
+	if n > 0 {
+		segs := l.segs[stream]
+		if k := len(segs); k > 0 && l.skipped[stream] == 0 && len(segs[k-1].data) < liveChunk {
+			segs[k-1].data = append(segs[k-1].data, p[:n]...)
+		} else {
+			l.segs[stream] = append(segs, segment{skipped: l.skipped[stream], data: append([]byte(nil), p[:n]...)})
+			l.skipped[stream] = 0
+		}
+		l.size[stream] += n
+	}
+	l.skipped[stream] += int64(len(p) - n)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close publishes what is buffered, then the end marker with reason, and
+// waits (at most a few seconds) for the server to store them.
+func (l *Live) Close(reason job.Reason) {
+	l.mu.Lock()
+	l.closed, l.reason = true, string(reason)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-l.done:
+	case <-time.After(5 * time.Second):
+		l.x.log.Warn("live output end not confirmed", "subject", l.subject)
+	}
+}
+
+// publish drains the buffers in order, keeping at most livePending chunks
+// unacknowledged, at the job's rate: while it waits for the rate, chunks
+// coalesce in the buffer, and once the buffer is full Write drops bytes.
+func (l *Live) publish() {
+	defer close(l.done)
+	var pending []jetstream.PubAckFuture
+	for {
+		<-l.wake
+		for {
+			stream, seg, closing, ok := l.take()
+			if !ok {
+				if closing {
+					l.send(&pending, nats.Header{job.HeaderOutEnd: {l.reason}}, nil, 0, -1)
+					l.settle(pending, 0)
+					return
+				}
+				break
+			}
+			l.pace(len(seg.data), closing)
+			l.send(&pending, nil, seg.data, seg.skipped, stream)
+			pending = l.settle(pending, livePending)
+		}
+	}
+}
+
+// take removes the first segment of the first stream that has one; once
+// Close was called (closing), a count of bytes dropped at the end of a
+// stream is taken as a segment without data. ok is false when nothing is
+// left.
+func (l *Live) take() (stream int, seg segment, closing, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	closing = l.closed
+	for i := range l.segs {
+		if len(l.segs[i]) > 0 {
+			seg = l.segs[i][0]
+			l.segs[i][0] = segment{}
+			l.segs[i] = l.segs[i][1:]
+			l.size[i] -= len(seg.data)
+			return i, seg, closing, true
+		}
+		if closing && l.skipped[i] > 0 {
+			seg.skipped, l.skipped[i] = l.skipped[i], 0
+			return i, seg, closing, true
+		}
+	}
+	return 0, seg, closing, false
+}
+
+// pace waits until the job's rate allows n more bytes; after Close it
+// waits at most 2 s in all, so that the end is never held up for long.
+func (l *Live) pace(n int, closing bool) {
+	r := l.lim.ReserveN(time.Now(), min(n, l.lim.Burst()))
+	d := r.Delay()
+	if closing {
+		d = min(d, 100*time.Millisecond)
+	}
+	time.Sleep(d)
+}
+
+// send publishes one message (stream < 0: the end marker).
+func (l *Live) send(pending *[]jetstream.PubAckFuture, h nats.Header, data []byte, skipped int64, stream int) {
+	if stream >= 0 && len(data) == 0 && skipped == 0 {
+		return
+	}
+	l.seq++
+	m := nats.NewMsg(l.subject)
+	if h != nil {
+		m.Header = h
+	}
+	m.Header.Set(job.HeaderOutSeq, strconv.Itoa(l.seq))
+	m.Header.Set(job.HeaderOutRun, l.run)
+	if stream >= 0 {
+		m.Header.Set(job.HeaderOutStream, [2]string{"stdout", "stderr"}[stream])
+	}
+	if skipped > 0 {
+		m.Header.Set(job.HeaderOutSkipped, strconv.FormatInt(skipped, 10))
+	}
+	m.Data = data
+	f, err := l.x.js.PublishMsgAsync(m)
+	if err != nil {
+		l.x.log.Debug("live output chunk not published", "subject", l.subject, "err", err)
+		return
+	}
+	*pending = append(*pending, f)
+}
+
+// settle waits until at most keep futures are unacknowledged.
+func (l *Live) settle(pending []jetstream.PubAckFuture, keep int) []jetstream.PubAckFuture {
+	for len(pending) > keep {
+		select {
+		case <-pending[0].Ok():
+		case err := <-pending[0].Err():
+			l.x.log.Debug("live output chunk not stored", "subject", l.subject, "err", err)
+		case <-time.After(5 * time.Second):
+		}
+		pending = pending[1:]
+	}
+	return pending
+}

@@ -45,4 +45,13 @@ const (
 	AttrVolumeMode = "paddock.volume.mode"
 	AttrStream     = "paddock.stream"
 	AttrLeaseHeld  = "paddock.lease.acquired"
+
+	// Agent I/O (spans paddock.files.place and paddock.artifacts.collect,
+	// and the job's span for kept output).
+	AttrFiles            = "paddock.files"       // files placed in the workspace
+	AttrFilesBytes       = "paddock.files.bytes" // their bytes
+	AttrArtifacts        = "paddock.artifacts"   // artifacts stored
+	AttrArtifactsBytes   = "paddock.artifacts.bytes"
+	AttrArtifactsRefused = "paddock.artifacts.refused"
+	AttrKeptBytes        = "paddock.output.kept_bytes" // kept stdout + stderr
 )

@@ -233,10 +233,12 @@ func (v *validator) checkIO(s *Spec, caps Caps) {
 	} else {
 		v.text("stdin", s.Stdin, 0, MaxStdinBytes)
 	}
-	if len(s.Artifacts) > MaxArtifactPatterns {
-		v.add("artifacts", fmt.Sprintf("%d patterns; at most %d allowed", len(s.Artifacts), MaxArtifactPatterns))
+	patterns := s.Artifacts
+	if len(patterns) > MaxArtifactPatterns {
+		v.add("artifacts", fmt.Sprintf("%d patterns; at most %d allowed", len(patterns), MaxArtifactPatterns))
+		patterns = nil
 	}
-	for i, p := range s.Artifacts {
+	for i, p := range patterns {
 		if err := CheckPattern(p); err != nil {
 			v.add(fmt.Sprintf("artifacts[%d]", i), err.Error())
 		}
@@ -252,7 +254,9 @@ func (v *validator) checkIO(s *Spec, caps Caps) {
 // caps.MaxInlineBytes in all. Files need a writable workspace.
 func (v *validator) checkFiles(s *Spec, caps Caps) {
 	if len(s.Files) > MaxFiles {
+		// Each file is not checked then: the error list stays short.
 		v.add("files", fmt.Sprintf("%d files; at most %d allowed (pack more in an archive)", len(s.Files), MaxFiles))
+		return
 	}
 	if len(s.Files) > 0 && s.Volume != nil && s.Volume.Mode == VolumeRO {
 		v.add("files", "the workspace is the read-only volume; mount it rw or send no files")

@@ -147,13 +147,17 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	} else {
 		defer sess.Close()
 	}
-	if err := w.placeFiles(ctx, r, sess); err != nil {
+	if err := w.traced(ctx, "paddock.files.place", len(r.spec.Files) > 0, func(ctx context.Context) error {
+		return w.placeFiles(ctx, r, sess)
+	}); err != nil {
 		return w.filesFailed(ctx, r, sess, err)
 	}
 	hres, err := w.heal(ctx, r, sess)
 	r.res.Attempts = hres.Attempts
 	if err == nil {
-		if cerr := w.collectArtifacts(ctx, r, sess); cerr != nil {
+		if cerr := w.traced(ctx, "paddock.artifacts.collect", len(r.spec.Artifacts) > 0, func(ctx context.Context) error {
+			return w.collectArtifacts(ctx, r, sess)
+		}); cerr != nil {
 			r.log.WarnContext(ctx, "artifacts not collected", "err", cerr)
 			r.res.Refused = append(r.res.Refused, job.Refusal{Path: strings.Join(r.spec.Artifacts, " "), Reason: "not collected: " + cerr.Error()})
 		}

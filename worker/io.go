@@ -11,6 +11,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/paddockhq/paddock/healer"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -124,6 +127,22 @@ func (rio *runIO) end(reason job.Reason) {
 	}
 }
 
+// traced runs f in a span named name when on (else just runs it); f's
+// span (trace.SpanFromContext) takes the step's attributes.
+func (w *Worker) traced(ctx context.Context, name string, on bool, f func(context.Context) error) error {
+	if !on {
+		return f(ctx)
+	}
+	ctx, span := w.tr.Start(ctx, name)
+	err := f(ctx)
+	endSpan(span, err)
+	return err
+}
+
+// errBadBase64: an inline file's content is not base64 (validation
+// refuses it first; a worker never trusts the queue).
+var errBadBase64 = errors.New("is not standard base64 (RFC 4648, with padding)")
+
 // errNoStore ends a job that needs the object store on a worker without one.
 var errNoStore = errors.New("this worker has no object store (it runs without NATS agent I/O); files by ref, kept output and artifacts need one")
 
@@ -132,6 +151,11 @@ var errNoStore = errors.New("this worker has no object store (it runs without NA
 // refuses, a full workspace) is the job's failure, returned as a
 // *job.ValidationError naming the file; other errors are the sandbox's.
 func (w *Worker) placeFiles(ctx context.Context, r *jobRun, sess *sandbox.Session) error {
+	var placed int
+	var total int64
+	defer func() {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int(job.AttrFiles, placed), attribute.Int64(job.AttrFilesBytes, total))
+	}()
 	for i, f := range r.spec.Files {
 		field := fmt.Sprintf("files[%d]", i)
 		mode, err := job.ParseMode(f.Mode)
@@ -140,13 +164,17 @@ func (w *Worker) placeFiles(ctx context.Context, r *jobRun, sess *sandbox.Sessio
 		}
 		src, size, err := w.fileSource(ctx, r.spec.Tenant, f)
 		if err != nil {
-			if errors.Is(err, results.ErrNotFound) || errors.Is(err, errNoStore) {
+			switch {
+			case errors.Is(err, errBadBase64):
+				return fileError(field+".content_b64", err.Error())
+			case errors.Is(err, results.ErrNotFound) || errors.Is(err, errNoStore):
 				return fileError(field+".ref", err.Error())
 			}
 			return err
 		}
 		err = sess.PutFile(ctx, f.Path, mode, size, src)
 		src.Close()
+		placed, total = placed+1, total+size
 		var fe *sandbox.FileError
 		if errors.As(err, &fe) {
 			return fileError(field+".path", fmt.Sprintf("%q: %s", f.Path, fe.Reason))
@@ -164,7 +192,7 @@ func (w *Worker) fileSource(ctx context.Context, tenant string, f job.File) (io.
 	if f.Ref == "" {
 		b, err := base64.StdEncoding.DecodeString(f.ContentB64)
 		if err != nil {
-			return nil, 0, fileError("content_b64", "is not standard base64")
+			return nil, 0, errBadBase64
 		}
 		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 	}
@@ -215,6 +243,12 @@ func (w *Worker) collectArtifacts(ctx context.Context, r *jobRun, sess *sandbox.
 	for _, f := range refused {
 		r.res.Refused = append(r.res.Refused, job.Refusal{Path: printable(f.Path), Reason: f.Reason})
 	}
+	var stored int64
+	for _, a := range r.res.Artifacts {
+		stored += a.Bytes
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int(job.AttrArtifacts, len(r.res.Artifacts)),
+		attribute.Int64(job.AttrArtifactsBytes, stored), attribute.Int(job.AttrArtifactsRefused, len(r.res.Refused)))
 	return err
 }
 

@@ -28,6 +28,7 @@ func (w *Worker) finish(ctx context.Context, r *jobRun, reason job.Reason, msg s
 	r.res.Finish(reason)
 	if r.io != nil && r.io.kept != nil {
 		r.res.Kept = r.io.kept
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int64(job.AttrKeptBytes, r.io.kept.Stdout.Bytes+r.io.kept.Stderr.Bytes))
 	}
 	err := w.record(ctx, r.log, r.res)
 	if err == nil {

@@ -91,11 +91,38 @@ func printResult(w io.Writer, r job.Result) {
 		printOutput(w, "stdout", r.Stdout)
 		printOutput(w, "stderr", r.Stderr)
 	}
+	printIO(w, r)
 	if len(r.Attempts) > 0 {
 		fmt.Fprintln(w, "attempts")
 		for _, a := range r.Attempts {
 			fmt.Fprintf(w, "  %d %-8s exit %-4d %-12s %6dms  %s\n", a.N, a.Action, a.ExitCode, a.Reason, a.DurationMS, clip(firstLine(a.Command), 60))
 		}
+	}
+}
+
+// printIO lists what the job left in its tenant's buckets: the kept
+// output (`paddock output ID`) and the artifacts (`paddock artifacts`).
+func printIO(w io.Writer, r job.Result) {
+	if r.Kept != nil {
+		for _, k := range []struct {
+			name string
+			o    job.Object
+		}{{"stdout", r.Kept.Stdout}, {"stderr", r.Kept.Stderr}} {
+			switch {
+			case k.o.Name == "":
+				fmt.Fprintf(w, "kept     %s: %s\n", k.name, k.o.Note)
+			case k.o.Note != "":
+				fmt.Fprintf(w, "kept     %s: %d bytes, sha256 %s (%s)\n", k.name, k.o.Bytes, k.o.SHA256, k.o.Note)
+			default:
+				fmt.Fprintf(w, "kept     %s: %d bytes, sha256 %s (paddock output %s%s)\n", k.name, k.o.Bytes, k.o.SHA256, r.ID, map[bool]string{true: " --stderr"}[k.name == "stderr"])
+			}
+		}
+	}
+	for _, a := range r.Artifacts {
+		fmt.Fprintf(w, "artifact %s  %d bytes  sha256 %s\n", a.Path, a.Bytes, a.SHA256)
+	}
+	for _, f := range r.Refused {
+		fmt.Fprintf(w, "refused  %s: %s\n", f.Path, f.Reason)
 	}
 }
 

@@ -322,7 +322,7 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 		return err
 	}
 	t0 := time.Now()
-	stop, err := startServices(ctx, s, d, f, obs, g.logger)
+	stop, err := startServices(ctx, g, s, d, f, obs, g.logger)
 	if err != nil {
 		return err
 	}
@@ -387,7 +387,7 @@ func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), erro
 // startServices starts the worker, the scheduler and the control loops
 // (control.go: cancel, periodic jobs). The function it returns stops them
 // in shutdown order: stop intake (scheduler), drain running jobs (worker).
-func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
+func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
 	if err := ensureDevTenant(ctx, s, f.auth, log); err != nil {
 		return nil, err
 	}
@@ -395,7 +395,18 @@ func startServices(ctx context.Context, s *stack, d *dockerclient.Client, f *upF
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorker(s.rdb, s.js, d, s.st, &f.wf, &f.cf, obs, log)
+	// The worker's agent I/O (output objects, input files) goes over a
+	// connection of its own, with the worker's credentials.
+	wnc, err := g.connectAs(ctx, "paddock-up-worker", f.auth.WorkerCreds, "")
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = wnc.Drain() })
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorker(s.rdb, wjs, d, s.st, &f.wf, &f.cf, obs, log)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package results
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,7 +28,7 @@ type IOConfig struct {
 	LiveRate int64
 	// LiveBuffer bounds the bytes of one job's live output waiting to be
 	// published (per stream): while the publisher is behind, chunks
-	// coalesce up to it, then new bytes are dropped. Default 256 KiB.
+	// coalesce up to it, then new bytes are dropped. Default 128 KiB.
 	LiveBuffer int
 	// MaxKeptBytes bounds the kept output of one stream of one job; past it
 	// the object is cut (Object.Truncated). Default 2 GiB.
@@ -40,7 +39,7 @@ type IOConfig struct {
 // Defaults of IOConfig.
 const (
 	DefaultLiveRate     = 1 << 20
-	DefaultLiveBuffer   = 256 << 10
+	DefaultLiveBuffer   = 128 << 10
 	DefaultMaxKeptBytes = 2 << 30
 	// liveChunk bounds one published chunk.
 	liveChunk = 64 << 10
@@ -128,15 +127,14 @@ func (x *IO) Put(ctx context.Context, tenant, name string, r io.Reader) (job.Obj
 	if err != nil {
 		return job.Object{Name: name}, err
 	}
-	h := sha256.New()
-	info, err := b.Put(ctx, jetstream.ObjectMeta{Name: name}, fullReader{io.TeeReader(r, h)})
+	info, sum, err := putObject(ctx, x.js, b, job.OutBucket(tenant), name, r)
 	if err != nil {
 		if IsStreamFull(err) {
 			err = fmt.Errorf("%w: %s is full (the tenant's stored-bytes quota): %v", ErrStreamFull, job.OutBucket(tenant), err)
 		}
 		return job.Object{Name: name}, err
 	}
-	return job.Object{Name: name, Bytes: int64(info.Size), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return job.Object{Name: name, Bytes: int64(info.Size), SHA256: hex.EncodeToString(sum)}, nil
 }
 
 // Delete removes object name of tenant's output bucket (a dropped artifact).
@@ -149,18 +147,6 @@ func (x *IO) Delete(ctx context.Context, tenant, name string) error {
 		return err
 	}
 	return nil
-}
-
-// fullReader fills each Read as far as it can, so that the Object Store
-// gets whole chunks from a reader of small writes (a pipe).
-type fullReader struct{ r io.Reader }
-
-func (f fullReader) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(f.r, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, io.EOF) && n > 0) {
-		err = nil
-	}
-	return n, err
 }
 
 // Keeper streams one stream of a job's output into the output bucket. Its
@@ -289,8 +275,9 @@ func (l *Live) Write(stream int, p []byte) {
 	}
 }
 
-// Close publishes what is buffered, then the end marker with reason, and
-// waits (at most a few seconds) for the server to store them.
+// Close publishes what is buffered, then the end marker with reason (none
+// when reason is ""), and waits (at most a few seconds) for the server to
+// store them.
 func (l *Live) Close(reason job.Reason) {
 	l.mu.Lock()
 	l.closed, l.reason = true, string(reason)
@@ -318,7 +305,9 @@ func (l *Live) publish() {
 			stream, seg, closing, ok := l.take()
 			if !ok {
 				if closing {
-					l.send(&pending, nats.Header{job.HeaderOutEnd: {l.reason}}, nil, 0, -1)
+					if l.reason != "" { // "": the run ends without one (the job runs again)
+						l.send(&pending, nats.Header{job.HeaderOutEnd: {l.reason}}, nil, 0, -1)
+					}
 					l.settle(pending, 0)
 					return
 				}

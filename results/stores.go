@@ -17,14 +17,19 @@ type StoreQuota struct {
 	// OutputMaxBytes bounds the tenant's live output stream
 	// (job.OutputStream), which keeps chunks for OutputRetention and drops
 	// the oldest when full: it is for following jobs, the full copy is in
-	// the output bucket. Default 256 MiB.
+	// the output bucket. Default 64 MiB.
 	OutputMaxBytes int64
 	// OutputRetention is how long live chunks stay. Default 1h.
 	OutputRetention time.Duration
 	// StoredMaxBytes bounds each of the tenant's buckets (job.OutBucket,
 	// job.InBucket): the tenant's quota of kept output and artifacts, and of
 	// uploads. A full bucket refuses new objects (a job's output is then
-	// "not kept", with a note; an upload fails). Default 4 GiB.
+	// "not kept", with a note; an upload fails). Default 1 GiB.
+	//
+	// JetStream reserves every stream's MaxBytes against the server's
+	// max_file_store when the stream is made: a tenant reserves its jobs
+	// stream (1 GiB), the live output stream and both buckets, about 3 GiB
+	// with the defaults. Size max_file_store for the tenants you add.
 	StoredMaxBytes int64
 	// Retention is the TTL of the buckets' objects; keep it equal to the
 	// result retention so objects expire with the result naming them.
@@ -35,9 +40,9 @@ type StoreQuota struct {
 
 // Defaults of StoreQuota.
 const (
-	DefaultOutputMaxBytes  = 256 << 20
+	DefaultOutputMaxBytes  = 64 << 20
 	DefaultOutputRetention = time.Hour
-	DefaultStoredMaxBytes  = 4 << 30
+	DefaultStoredMaxBytes  = 1 << 30
 )
 
 func (q StoreQuota) withDefaults() (StoreQuota, error) {

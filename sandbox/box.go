@@ -130,6 +130,33 @@ func (b *box) initDiag() string {
 	return strings.TrimSpace(string(b.diag.Bytes()))
 }
 
+// frameBuffer is how many of init's frames wait for their reader: with
+// every byte of output streamed, each holds up to initproto.ChunkSize, so a
+// box buffers at most 256 KiB; beyond it init (and the command) wait.
+const frameBuffer = 8
+
+// chunkPool holds the buffers of output frames (at most ChunkSize): a
+// stream of every byte of a command's output would otherwise allocate one
+// per frame. Session.await gives each back once its bytes were copied.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, initproto.ChunkSize); return &b }}
+
+// frameBuf returns a buffer of n bytes for a frame's payload.
+func frameBuf(n int) []byte {
+	if n == 0 || n > initproto.ChunkSize {
+		return make([]byte, n)
+	}
+	return (*chunkPool.Get().(*[]byte))[:n]
+}
+
+// releaseFrame gives an output frame's buffer back; the caller no longer
+// holds any part of p.
+func releaseFrame(p []byte) {
+	if cap(p) == initproto.ChunkSize {
+		p = p[:cap(p)]
+		chunkPool.Put(&p)
+	}
+}
+
 // readLoop parses init's frames from the control connection. It never
 // blocks after the box is released, whoever still reads.
 func (b *box) readLoop() {
@@ -137,7 +164,7 @@ func (b *box) readLoop() {
 	defer close(b.frames)
 	r := bufio.NewReaderSize(b.ctl, 64<<10)
 	for {
-		typ, p, err := initproto.ReadFrame(r, initproto.MaxReply)
+		typ, p, err := initproto.ReadFrameBuf(r, initproto.MaxReply, frameBuf)
 		if err != nil {
 			b.err.Store(err)
 			return
@@ -263,7 +290,7 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 		return nil, err
 	}
 	b := &box{id: id, name: name, key: p.key(), dir: dir, created: time.Now(),
-		frames: make(chan frame, 64), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
+		frames: make(chan frame, frameBuffer), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
 	if err := r.bootBox(ctx, b, ln); err != nil {
 		return nil, err
 	}

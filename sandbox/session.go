@@ -319,9 +319,6 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 	// With StreamAll the tails are kept here, from the live bytes past
 	// each head.
 	var rings [2]*initproto.Tail
-	if req.StreamAll {
-		rings = [2]*initproto.Tail{initproto.NewTail(int(outCap - half)), initproto.NewTail(int(outCap - half))}
-	}
 	for {
 		select {
 		case f, ok := <-s.b.frames:
@@ -330,22 +327,11 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 			}
 			switch f.typ {
 			case initproto.TypeStdout, initproto.TypeStderr:
-				st, dst, i := Stdout, &o.Stdout, 0
-				if f.typ == initproto.TypeStderr {
-					st, dst, i = Stderr, &o.Stderr, 1
-				}
-				rest := f.payload
-				if room := half - int64(len(dst.Head)); room > 0 {
-					n := min(int64(len(rest)), room)
-					dst.Head = append(dst.Head, rest[:n]...)
-					rest = rest[n:]
-				}
-				if rings[i] != nil && len(rest) > 0 {
-					_, _ = rings[i].Write(rest)
-				}
+				st := keepOutput(&o, &rings, f, half, outCap-half, req.StreamAll)
 				if onOutput != nil {
 					onOutput(st, f.payload)
 				}
+				releaseFrame(f.payload)
 			case initproto.TypeTailOut, initproto.TypeTailErr:
 				t := &tails[0]
 				if f.typ == initproto.TypeTailErr {
@@ -362,8 +348,10 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 					s.breakSession(fmt.Errorf("%w: bad exit frame", ErrSessionBroken))
 					return o, infra("run command", fmt.Errorf("paddock-init sent a malformed exit frame (id %d, want %d: %v); this is a bug in Paddock, please report it", x.ID, req.ID, err), false)
 				}
-				if req.StreamAll {
-					tails = [2][]byte{rings[0].Bytes(), rings[1].Bytes()}
+				for i, r := range rings {
+					if r != nil {
+						tails[i] = r.Bytes()
+					}
 				}
 				finish(&o, x, tails, half)
 				return o, nil
@@ -381,6 +369,29 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 			return o, context.Cause(ctx)
 		}
 	}
+}
+
+// keepOutput adds an output frame's bytes to o's head of its stream, and
+// what is past the head to the stream's tail ring (made on first use, of
+// tailCap bytes) when every byte is streamed. It returns the stream.
+func keepOutput(o *Outcome, rings *[2]*initproto.Tail, f frame, half, tailCap int64, streamAll bool) Stream {
+	st, dst, i := Stdout, &o.Stdout, 0
+	if f.typ == initproto.TypeStderr {
+		st, dst, i = Stderr, &o.Stderr, 1
+	}
+	rest := f.payload
+	if room := half - int64(len(dst.Head)); room > 0 {
+		n := min(int64(len(rest)), room)
+		dst.Head = append(dst.Head, rest[:n]...)
+		rest = rest[n:]
+	}
+	if streamAll && len(rest) > 0 {
+		if rings[i] == nil {
+			rings[i] = initproto.NewTail(int(tailCap))
+		}
+		_, _ = rings[i].Write(rest)
+	}
+	return st
 }
 
 // lost handles a control connection that ended during a command. If the

@@ -14,6 +14,8 @@
 #   BENCH_E2E   0 skips the e2e_idle scenario (idle fleet, submit → result)
 #   BENCH_FAIR  0 skips the fair_share scenario (tenant b's latency behind
 #               tenant a's 10,000 queued jobs, with and without --slots)
+#   BENCH_RSS   0 skips the worker_rss scenario (one worker's RSS while 16
+#               jobs each print 1 GiB, streamed and kept; ~16 GiB of disk)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="/usr/local/go/bin:${PATH}"
@@ -61,4 +63,16 @@ if [[ "${BENCH_FAIR:-1}" != 0 ]]; then
 	PADDOCK_FAIR_SHARE=1 PADDOCK_FAIR_OUT="$(realpath -m "${out}")/fair_share.json" \
 		go test -count=1 -v -timeout 20m -run 'TestFairShareBench' ./internal/faulttest/ 2>&1 | grep -E 'slots [a-z0-9]+:|PASS|FAIL|ok' || true
 	[[ -f "${out}/fair_share.json" ]] && log "wrote ${out}/fair_share.json"
+fi
+
+# worker_rss: one worker process (--concurrency 16) while 16 jobs each print
+# 1 GiB at once, output streamed only, then also kept in the Object Store;
+# its VmRSS every 100 ms and VmHWM, against a naive in-memory capture of one
+# such job. Needs ~16 GiB free in TMPDIR (deleted after). BENCH_RSS=0 skips.
+if [[ "${BENCH_RSS:-1}" != 0 ]]; then
+	log "worker_rss: 16 jobs × 1 GiB of output through one worker (about 8 minutes)"
+	PADDOCK_WORKER_RSS=1 PADDOCK_WORKER_RSS_OUT="$(realpath -m "${out}")/worker_rss.json" \
+		go test -count=1 -v -timeout 30m -run 'TestWorkerRSS' ./internal/faulttest/ 2>&1 |
+		grep -E '^ *\|.*\|$|worker max RSS|(stream|keep): |naive capture|kept:|PASS|FAIL|ok' || true
+	[[ -f "${out}/worker_rss.json" ]] && log "wrote ${out}/worker_rss.json"
 fi

@@ -248,6 +248,12 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 
 // ReadFrame reads one frame of at most max payload bytes into a new buffer.
 func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
+	return ReadFrameBuf(r, max, func(n int) []byte { return make([]byte, n) })
+}
+
+// ReadFrameBuf is ReadFrame with the payload read into alloc(n), a
+// buffer of exactly n bytes the caller may reuse.
+func ReadFrameBuf(r io.Reader, max int, alloc func(n int) []byte) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
@@ -256,7 +262,7 @@ func ReadFrame(r io.Reader, max int) (byte, []byte, error) {
 	if int64(n) > int64(max) {
 		return 0, nil, fmt.Errorf("%w: frame %q length %d > %d", ErrProtocol, hdr[0], n, max)
 	}
-	p := make([]byte, n)
+	p := alloc(int(n))
 	if _, err := io.ReadFull(r, p); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF

@@ -46,6 +46,20 @@ echo
 echo "demo: an invalid job is rejected at the edge, with the field and the allowed range:"
 "$bin" submit --wait --memory-mb 999999 --pids 0 -- 'echo never runs' || true
 echo
+echo "demo: a pipeline step: a CSV in, a script, a report out as an artifact, the full log kept:"
+pipe_rc=0
+pipe_id=$("$bin" -o json submit --wait --keep-output --image paddock/sandbox:latest \
+	--in-file examples/pipeline/sales.csv:in/sales.csv --in-file examples/pipeline/report.py \
+	--artifact 'out/*' -- 'python3 report.py' | sed -n 's/^{"v":[0-9]*,"id":"\([^"]*\)".*/\1/p') || pipe_rc=$?
+if [[ -n "$pipe_id" ]]; then
+	"$bin" artifacts "$pipe_id"
+	echo "out/summary.json: $("$bin" artifacts get "$pipe_id" out/summary.json)"
+	echo "the kept log has $("$bin" output "$pipe_id" | wc -l) lines; its last: $("$bin" output "$pipe_id" | tail -n 1)"
+else
+	echo "demo: the pipeline step failed (exit $pipe_rc)" >&2
+	rc=1
+fi
+echo
 # Exit code 2 means "some jobs did not succeed": expected here.
 if [[ $rc -ne 0 && $rc -ne 2 ]]; then
 	echo "demo: submit failed (exit $rc); stack log:" >&2

@@ -88,3 +88,29 @@ func TestLiveCountsEveryByte(t *testing.T) {
 	// A Write that waited for the publisher would have dropped nothing.
 	assert.Greater(t, skipped, int64(total/2), "Write drops what the rate does not allow, it does not wait")
 }
+
+// A tenant's own stored-bytes quota sizes its two buckets; 0 keeps the
+// fleet's.
+func TestEnsureTenantSizesBuckets(t *testing.T) {
+	t.Parallel()
+	js := connect(t, testsvc.StartNATS(t))
+	ctx := context.Background()
+	size := func(bucket string) int64 {
+		st, err := js.Stream(ctx, "OBJ_"+bucket)
+		require.NoError(t, err)
+		return st.CachedInfo().Config.MaxBytes
+	}
+	cfg := results.StreamConfig{Stores: results.StoreQuota{StoredMaxBytes: 64 << 20}}
+	require.NoError(t, results.EnsureTenant(ctx, js, cfg, "small", 0, 8<<20))
+	assert.Equal(t, int64(8<<20), size(job.OutBucket("small")))
+	assert.Equal(t, int64(8<<20), size(job.InBucket("small")))
+	require.NoError(t, results.EnsureTenant(ctx, js, cfg, "small", 0, 0))
+	assert.Equal(t, int64(64<<20), size(job.OutBucket("small")), "back to the fleet's size")
+
+	// A full bucket: the object is refused, with ErrStreamFull.
+	require.NoError(t, results.EnsureTenant(ctx, js, cfg, "small", 0, 1<<20))
+	x, err := results.NewIO(js, results.IOConfig{})
+	require.NoError(t, err)
+	_, err = x.Put(ctx, "small", "big", bytes.NewReader(make([]byte, 2<<20)))
+	require.ErrorIs(t, err, results.ErrStreamFull)
+}

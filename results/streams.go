@@ -164,6 +164,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 // (JobsStreamConfig), and its agent I/O stores (EnsureTenantStores with
 // cfg.Stores). Idempotent.
 func EnsureTenantStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued int64) error {
+	return EnsureTenant(ctx, js, cfg, tenant, maxQueued, 0)
+}
+
+// EnsureTenant is EnsureTenantStream with the tenant's own size of its
+// buckets, maxStored bytes (0: cfg.Stores.StoredMaxBytes).
+func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued, maxStored int64) error {
 	sc, err := JobsStreamConfig(cfg, tenant, maxQueued)
 	if err != nil {
 		return err
@@ -178,6 +184,9 @@ func EnsureTenantStream(ctx context.Context, js jetstream.JetStream, cfg StreamC
 	}
 	if q.Replicas == 0 {
 		q.Replicas = cfg.Replicas
+	}
+	if maxStored > 0 {
+		q.StoredMaxBytes = maxStored
 	}
 	return EnsureTenantStores(ctx, js, q, tenant)
 }

@@ -100,7 +100,7 @@ func (s *Scheduler) maxRunning(q Quota) int {
 // at most Concurrency messages are buffered ahead.
 func (s *Scheduler) messages(ctx context.Context, q Quota) (jetstream.MessagesContext, error) {
 	stream := job.JobsStream(q.Tenant)
-	if err := results.EnsureTenantStream(ctx, s.js, s.cfg.Streams, q.Tenant, q.MaxQueued); err != nil {
+	if err := results.EnsureTenant(ctx, s.js, s.cfg.Streams, q.Tenant, q.MaxQueued, q.MaxStored); err != nil {
 		return nil, fmt.Errorf("scheduler: tenant %s: %w", q.Tenant, err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, s.consumerConfig(q))

@@ -22,6 +22,9 @@ type Quota struct {
 	// Rate bounds the tenant's jobs scheduled per second, fleet-wide; a
 	// job over it is rejected (reason rejected, field tenant).
 	Rate int
+	// MaxStored is the size of each of the tenant's buckets, in bytes (0:
+	// Config.Streams.Stores.StoredMaxBytes).
+	MaxStored int64
 }
 
 // TenantSource tells a Scheduler which tenants exist (package tenant's

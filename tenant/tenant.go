@@ -22,6 +22,8 @@ const (
 	MaxMaxRunning = 100_000
 	// MaxRate bounds Tenant.Rate (jobs per second).
 	MaxRate = 1_000_000
+	// MaxMaxStored bounds Tenant.MaxStored (1 PiB).
+	MaxMaxStored = 1 << 50
 )
 
 // Tenant is the record of one tenant, as the registry stores it (JSON).
@@ -37,6 +39,10 @@ type Tenant struct {
 	// Rate bounds the jobs per second the tenant may start; 0 means
 	// unlimited.
 	Rate int `json:"rate"`
+	// MaxStored is the size of each of the tenant's buckets (kept output
+	// and artifacts; uploads), in bytes; 0 means the fleet's default
+	// (results.StoreQuota.StoredMaxBytes).
+	MaxStored int64 `json:"max_stored,omitempty"`
 	// CreatedAt is when the tenant was added.
 	CreatedAt time.Time `json:"created_at"`
 	// User is the public nkey of the tenant's current NATS user ("U…"),
@@ -88,6 +94,10 @@ func (t *Tenant) Validate() error {
 	if t.Rate < 0 || t.Rate > MaxRate {
 		errs = append(errs, &ValidationError{Field: "rate", Value: t.Rate,
 			Rule: fmt.Sprintf("must be 0 (unlimited) to %d jobs per second", MaxRate)})
+	}
+	if t.MaxStored < 0 || t.MaxStored > MaxMaxStored {
+		errs = append(errs, &ValidationError{Field: "max_stored", Value: t.MaxStored,
+			Rule: fmt.Sprintf("must be 0 (the fleet default) to %d bytes", int64(MaxMaxStored))})
 	}
 	if t.User != "" && !nkeys.IsValidPublicUserKey(t.User) {
 		errs = append(errs, &ValidationError{Field: "user", Value: fmt.Sprintf("%q", t.User),

@@ -46,6 +46,8 @@ func TestValidate(t *testing.T) {
 		"negative running":    {edit: func(t *tenant.Tenant) { t.MaxRunning = -3 }, field: "max_running", rule: "0 (the fleet default) to 100000"},
 		"negative rate":       {edit: func(t *tenant.Tenant) { t.Rate = -1 }, field: "rate", rule: "jobs per second"},
 		"huge rate":           {edit: func(t *tenant.Tenant) { t.Rate = tenant.MaxRate + 1 }, field: "rate", rule: "0 (unlimited) to 1000000"},
+		"negative stored":     {edit: func(t *tenant.Tenant) { t.MaxStored = -1 }, field: "max_stored", rule: "0 (the fleet default) to"},
+		"huge stored":         {edit: func(t *tenant.Tenant) { t.MaxStored = tenant.MaxMaxStored + 1 }, field: "max_stored", rule: "bytes"},
 		"account key as user": {edit: func(t *tenant.Tenant) { t.User = "A" + someUser[1:] }, field: "user", rule: "public nkey"},
 	} {
 		tn := ok

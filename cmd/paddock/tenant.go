@@ -91,7 +91,7 @@ func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant,
 		}
 		// The stream first, then the record the schedulers react to: they
 		// find the stream made, and no two processes update it at once.
-		if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
+		if err := results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored); err != nil {
 			return err
 		}
 		if err := reg.Create(ctx, t); err != nil {
@@ -128,10 +128,13 @@ func tenantSetCmd(g *globals) *cobra.Command {
 				if fl.Changed("rate") {
 					t.Rate = q.Rate
 				}
+				if fl.Changed("max-stored-bytes") {
+					t.MaxStored = q.MaxStored
+				}
 				if err := t.Validate(); err != nil {
 					return err
 				}
-				if err := results.EnsureTenantStream(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued); err != nil {
+				if err := results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored); err != nil {
 					return err
 				}
 				if err := reg.Put(ctx, t); err != nil {
@@ -151,6 +154,7 @@ func quotaFlags(fs *pflag.FlagSet, t *tenant.Tenant) {
 	fs.Int64Var(&t.MaxQueued, "max-queued", 0, "at most this many jobs waiting or running; the next submit is refused (0: no limit)")
 	fs.IntVar(&t.MaxRunning, "max-running", 0, "at most this many jobs in the queue or running at once; more wait their turn (0: the scheduler's default)")
 	fs.IntVar(&t.Rate, "rate", 0, "at most this many jobs scheduled per second; more are rejected (0: no limit)")
+	fs.Int64Var(&t.MaxStored, "max-stored-bytes", 0, "size of each of the tenant's buckets (kept output and artifacts; uploads); when full, output is not kept and keep/artifacts jobs are rejected (0: the scheduler's --tenant-max-stored-bytes)")
 }
 
 func tenantLsCmd(g *globals) *cobra.Command {
@@ -178,7 +182,7 @@ func tenantLsCmd(g *globals) *cobra.Command {
 
 func printTenants(w io.Writer, ts []tenant.Tenant) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMAX-QUEUED\tMAX-RUNNING\tRATE\tCREATED")
+	fmt.Fprintln(tw, "NAME\tMAX-QUEUED\tMAX-RUNNING\tRATE\tMAX-STORED\tCREATED")
 	limit := func(n int64) string {
 		if n == 0 {
 			return "-"
@@ -186,8 +190,8 @@ func printTenants(w io.Writer, ts []tenant.Tenant) error {
 		return fmt.Sprint(n)
 	}
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, limit(t.MaxQueued), limit(int64(t.MaxRunning)), limit(int64(t.Rate)),
-			t.CreatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, limit(t.MaxQueued), limit(int64(t.MaxRunning)), limit(int64(t.Rate)),
+			limit(t.MaxStored), t.CreatedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -298,7 +302,7 @@ func (r *registryTenants) Watch(ctx context.Context, fn func(scheduler.Quota, bo
 		case e.Err != nil:
 			r.log.Warn("tenant record ignored", "tenant", e.Name, "err", e.Err)
 		case e.Op == tenant.EventPut:
-			fn(scheduler.Quota{Tenant: e.Tenant.Name, MaxQueued: e.Tenant.MaxQueued, MaxRunning: e.Tenant.MaxRunning, Rate: e.Tenant.Rate}, false)
+			fn(scheduler.Quota{Tenant: e.Tenant.Name, MaxQueued: e.Tenant.MaxQueued, MaxRunning: e.Tenant.MaxRunning, Rate: e.Tenant.Rate, MaxStored: e.Tenant.MaxStored}, false)
 		case e.Op == tenant.EventDelete:
 			fn(scheduler.Quota{Tenant: e.Name}, true)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paddockhq/paddock/internal/objput"
 	"github.com/paddockhq/paddock/internal/streamfull"
 	"github.com/paddockhq/paddock/job"
 )
@@ -342,10 +343,9 @@ func (c *Client) directLast(ctx context.Context, stream, subject string) (*nats.
 }
 
 // objMeta is the meta of an object as stored (what the Object Store's
-// GetInfo reads), and its raw message.
+// GetInfo reads).
 type objMeta struct {
 	info jetstream.ObjectInfo
-	raw  []byte
 }
 
 // objectMeta reads the meta of object name in bucket with a direct get;
@@ -355,7 +355,7 @@ func (c *Client) objectMeta(ctx context.Context, bucket, name string) (*objMeta,
 	if err != nil || !found {
 		return nil, err
 	}
-	m := &objMeta{raw: msg.Data}
+	m := &objMeta{}
 	if err := json.Unmarshal(msg.Data, &m.info); err != nil {
 		return nil, fmt.Errorf("object %s of bucket %s: malformed meta: %w", name, bucket, err)
 	}
@@ -573,7 +573,7 @@ func (c *Client) Put(ctx context.Context, ref string, r io.Reader) (job.Object, 
 	}
 	bucket := job.InBucket(c.tenant)
 	lctx, cancel := c.withTimeout(ctx)
-	before, err := c.objectMeta(lctx, bucket, ref) // a refusal fails here at once
+	_, err := c.objectMeta(lctx, bucket, ref) // a refused permission fails here at once
 	cancel()
 	if err != nil {
 		return job.Object{}, fmt.Errorf("client: upload %s: %w", ref, err)
@@ -582,10 +582,11 @@ func (c *Client) Put(ctx context.Context, ref string, r io.Reader) (job.Object, 
 	if err != nil {
 		return job.Object{}, err
 	}
-	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ref}, r)
-	if err != nil {
-		c.undoPut(ctx, obs, bucket, ref, before)
-	}
+	// objput, not obs.Put: nats.go's Put keeps thousands of chunks in
+	// flight, and on a refused chunk leaves a meta naming purged bytes.
+	// objput stores the meta last, so a failed upload leaves the object
+	// it would have replaced as it was.
+	info, sum, err := objput.Put(ctx, c.js, obs, bucket, ref, r)
 	switch {
 	case err != nil && streamfull.Is(err):
 		return job.Object{}, &BucketFullError{Tenant: c.tenant, Bucket: bucket, Name: ref, Err: err}
@@ -597,35 +598,5 @@ func (c *Client) Put(ctx context.Context, ref string, r io.Reader) (job.Object, 
 	case err != nil:
 		return job.Object{}, fmt.Errorf("client: upload %s: %w", ref, err)
 	}
-	sum, err := jetstream.DecodeObjectDigest(info.Digest)
-	if err != nil {
-		return job.Object{}, fmt.Errorf("client: upload %s: digest %q: %w", ref, info.Digest, err)
-	}
 	return job.Object{Name: ref, Bytes: int64(info.Size), SHA256: hex.EncodeToString(sum)}, nil
-}
-
-// undoPut puts back the meta of ref as it was before a failed Put:
-// nats.go publishes an object's meta before it knows whether every chunk
-// was stored, and on a refused chunk purges the chunks but leaves the
-// meta, which then names bytes that are gone. The object it replaced
-// (whose chunks are still there) is restored; with none, the new meta is
-// marked deleted. It runs on a context of its own.
-func (c *Client) undoPut(ctx context.Context, obs jetstream.ObjectStore, bucket, ref string, before *objMeta) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.PublishTimeout)
-	defer cancel()
-	now, err := c.objectMeta(ctx, bucket, ref)
-	if err != nil || now == nil || before != nil && now.info.NUID == before.info.NUID {
-		return // no meta of the failed upload
-	}
-	if before == nil || before.info.Deleted {
-		err = obs.Delete(ctx, ref)
-	} else {
-		m := nats.NewMsg(metaSubject(bucket, ref))
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		m.Data = before.raw
-		_, err = c.js.PublishMsg(ctx, m)
-	}
-	if err != nil {
-		c.log.Warn("a failed upload left its meta; the object reads as damaged until it is put again", "ref", ref, "err", err)
-	}
 }

@@ -256,6 +256,17 @@ func (w *waiter) look(id string, first bool) {
 	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.PublishTimeout)
 	defer cancel()
 	r, ok, err := w.c.lookup(ctx, id)
+	if errors.Is(err, ErrNoStream) && first && !w.reconnected() {
+		// A restarted server may answer before nats.go counts the
+		// reconnect, and before JetStream has loaded its streams: ask once
+		// more, a moment later, before calling the stream missing.
+		select {
+		case <-time.After(relookFirst):
+		case <-w.ctx.Done():
+			return
+		}
+		r, ok, err = w.c.lookup(ctx, id)
+	}
 	switch {
 	case ok:
 		w.send(found{id: id, r: r})

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/paddockhq/paddock/internal/objput"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -127,7 +128,7 @@ func (x *IO) Put(ctx context.Context, tenant, name string, r io.Reader) (job.Obj
 	if err != nil {
 		return job.Object{Name: name}, err
 	}
-	info, sum, err := putObject(ctx, x.js, b, job.OutBucket(tenant), name, r)
+	info, sum, err := objput.Put(ctx, x.js, b, job.OutBucket(tenant), name, r)
 	if err != nil {
 		if IsStreamFull(err) {
 			err = fmt.Errorf("%w: %s is full (the tenant's stored-bytes quota): %v", ErrStreamFull, job.OutBucket(tenant), err)

@@ -247,6 +247,11 @@ func (s *Session) shell() string {
 }
 
 func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
+	if d := s.opts.Deadline; !d.IsZero() && !time.Now().Before(d) {
+		// The deadline's timer may not have run yet: a passed deadline
+		// breaks the session here too, so no command starts after it.
+		s.breakSession(errDeadline)
+	}
 	if err := s.brokenErr(); err != nil {
 		if errors.Is(err, errDeadline) {
 			return Outcome{Reason: ReasonTimeout, ExitCode: -1}, err

@@ -46,6 +46,8 @@ type Scheduler struct {
 	qmu    sync.RWMutex
 	quotas map[string]Quota // the tenants as last seen
 
+	inBuckets sync.Map // tenant → its input bucket (stores.go)
+
 	mu  sync.Mutex // serializes Start and Stop; guards run
 	run *run
 }

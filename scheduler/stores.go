@@ -18,7 +18,7 @@ import (
 func (s *Scheduler) checkStores(ctx context.Context, spec job.Spec) (bad, err error) {
 	var fields []job.FieldError
 	if refs := hasRefs(spec); refs {
-		in, err := s.js.ObjectStore(ctx, job.InBucket(spec.Tenant))
+		in, err := s.inBucket(ctx, spec.Tenant)
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: input bucket of %s: %w", spec.Tenant, err)
 		}
@@ -62,4 +62,18 @@ func hasRefs(spec job.Spec) bool {
 		}
 	}
 	return false
+}
+
+// inBucket is tenant's input bucket, looked up once (a lookup is a
+// round trip to the server; submissions with files by ref need it each).
+func (s *Scheduler) inBucket(ctx context.Context, tenant string) (jetstream.ObjectStore, error) {
+	if b, ok := s.inBuckets.Load(tenant); ok {
+		return b.(jetstream.ObjectStore), nil
+	}
+	b, err := s.js.ObjectStore(ctx, job.InBucket(tenant))
+	if err != nil {
+		return nil, err
+	}
+	s.inBuckets.Store(tenant, b)
+	return b, nil
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -18,6 +16,7 @@ import (
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
+	"github.com/paddockhq/paddock/sandbox/boxfs"
 )
 
 // JobIO is where a job's agent I/O goes (*results.IO): its live output,
@@ -252,15 +251,12 @@ func (w *Worker) collectArtifacts(ctx context.Context, r *jobRun, sess *sandbox.
 	return err
 }
 
-// printable escapes what a hostile file name could hold that must not
-// reach a terminal or a log as it is.
+// printable is boxfs.Printable of a refused path (init sends them
+// escaped already; the worker does not rely on it), cut to
+// job.MaxPathBytes; "" (init's summary of refusals past its cap) stays "".
 func printable(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) && len(s) <= job.MaxPathBytes {
-		return s
+	if s == "" {
+		return ""
 	}
-	if len(s) > job.MaxPathBytes {
-		s = s[:job.MaxPathBytes]
-	}
-	q := fmt.Sprintf("%q", s)
-	return q[1 : len(q)-1]
+	return boxfs.Printable(s[:min(len(s), job.MaxPathBytes)])
 }

@@ -1,4 +1,8 @@
-package results
+// Package objput writes JetStream Object Store objects with flow
+// control: one chunk at a time, retried on a refused ingest rate, the meta
+// only once every chunk is stored. Used by the worker (results) and the
+// client SDK (uploads) instead of jetstream.ObjectStore.Put.
+package objput
 
 import (
 	"context"
@@ -15,30 +19,31 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// objectChunk is the chunk size of the objects the worker writes (the
+// Chunk is the chunk size of the objects the worker writes (the
 // Object Store's own default).
-const objectChunk = 128 << 10
+const Chunk = 128 << 10
 
-// putObject writes r as object name of bucket, in the Object Store's own
+// Put writes r as object name of bucket, in the Object Store's own
 // format (chunks on $O.<bucket>.C.<nuid>, then the meta on
 // $O.<bucket>.M.<name> with a subject rollup), readable by any Object Store
 // client. Unlike jetstream.ObjectStore.Put, which keeps up to 4000 chunks
 // in flight per object and fails the object when the stream refuses its
 // ingest rate, it publishes one chunk at a time and retries a chunk the
 // server refused for its rate (429): many jobs kept at once slow each
-// other down instead of losing their output. What it held of an older
-// object of that name is purged once the new one is complete.
-func putObject(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket, name string, r io.Reader) (*jetstream.ObjectInfo, []byte, error) {
+// other down instead of losing their output. A failed Put leaves the
+// older object of that name as it was; what an older object held is purged
+// once the new one is complete. It returns the object and its sha256.
+func Put(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket, name string, r io.Reader) (*jetstream.ObjectInfo, []byte, error) {
 	old, err := obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted())
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, nil, err
 	}
 	id := nuid.Next()
 	chunks := "$O." + bucket + ".C." + id
-	info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: objectChunk}},
+	info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: Chunk}},
 		Bucket: bucket, NUID: id}
 	h := sha256.New()
-	buf := make([]byte, objectChunk)
+	buf := make([]byte, Chunk)
 	for {
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {

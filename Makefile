@@ -28,10 +28,10 @@ images: setup ## Build the sandbox images that are absent (paddock/test, paddock
 images-all: setup build ## Also build the paddock binary's own image
 	@scripts/build-images.sh test sandbox paddock
 
-test: setup images lint ## Lint, then run the whole suite on real Docker, Redis and NATS
+test: setup images lint inspector ## Lint, then run the whole suite on real Docker, Redis and NATS
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-short: setup images ## The suite without the slowest chaos and fault tests
+test-short: setup images inspector ## The suite without the slowest chaos and fault tests
 	$(GO) test -race -count=1 -short -timeout $(TEST_TIMEOUT) ./...
 
 demo: setup images build ## Start the stack, run a real batch of jobs, print the results
@@ -39,6 +39,23 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
+
+.PHONY: inspector bench-agent
+
+# The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),
+# which cmd/paddock/inspector_test.go runs; npm ci only when node_modules is
+# missing or older than the lockfile. Debian's npm only when no npm is on PATH
+# (NodeSource's nodejs bundles its own and conflicts with Debian's package).
+INSPECTOR_DIR := gateway/testdata/inspector
+inspector: setup ## Install the pinned MCP Inspector CLI (npm ci) when missing or older than its lockfile
+	@command -v npm >/dev/null || { echo "installing Debian's npm …"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >/dev/null; }
+	@if [ ! -d $(INSPECTOR_DIR)/node_modules ] || [ $(INSPECTOR_DIR)/node_modules -ot $(INSPECTOR_DIR)/package-lock.json ]; then \
+	  npm ci --prefix $(INSPECTOR_DIR) --no-audit --no-fund && touch $(INSPECTOR_DIR)/node_modules; fi
+
+bench-agent: setup images ## Agent token economy: the bash tool's capped answers against tools that return everything
+	PADDOCK_BENCH_AGENT=1 $(GO) test ./gateway -run TestAgentBench -count=1 -v -timeout $(TEST_TIMEOUT)
+	@cat bench/out/agent.md
 
 lint: ## gofmt, go vet, staticcheck (pinned in go.mod as a tool), go mod tidy -diff, no function over 80 lines
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -61,8 +78,10 @@ clean: ## Remove build outputs
 COMPOSE ?= docker-compose
 COMPOSE_PROJECT ?= paddock
 WORKERS ?= 3
-# Where `make compose-up` / `make compose-creds` put the dev tenant's credentials.
+# Where `make compose-up` / `make compose-creds` put the dev tenant's credentials
+# and its bearer token for the gateway.
 COMPOSE_CREDS ?= compose-dev.creds
+COMPOSE_TOKEN ?= compose-dev.token
 
 .PHONY: images-deploy compose-tool compose-up compose-creds compose-down test-compose
 
@@ -79,14 +98,19 @@ compose-up: images-deploy compose-tool ## Start the compose fleet (WORKERS=3) on
 	  $(COMPOSE) -p $(COMPOSE_PROJECT) up -d --scale worker=$(WORKERS)
 	@$(MAKE) --no-print-directory compose-creds
 
-# The dev tenant's credentials, out of the `auth` volume (the one-shot
-# `auth` service's mounts: busybox from the tools volume), written 0600.
-compose-creds: compose-tool ## Copy the dev tenant's credentials out of the compose fleet into ./compose-dev.creds (0600)
+# The dev tenant's credentials and gateway token, out of the `auth` volume
+# (the one-shot `auth` service's mounts: busybox from the tools volume),
+# written 0600.
+compose-creds: compose-tool ## Copy the dev tenant's credentials and gateway token out of the compose fleet into ./compose-dev.creds, ./compose-dev.token (0600)
 	@umask 077 && $(COMPOSE) -p $(COMPOSE_PROJECT) run --rm --no-deps -T --entrypoint /tools/busybox auth \
 	  cat /state/auth/creds/dev.creds >$(COMPOSE_CREDS).tmp && mv -f $(COMPOSE_CREDS).tmp $(COMPOSE_CREDS) \
 	  || { rm -f $(COMPOSE_CREDS).tmp; echo "no dev credentials: is the fleet up (make compose-up)?"; exit 1; }
-	@echo "dev tenant credentials in $(COMPOSE_CREDS) (0600; keep them secret). Submit with:"
+	@umask 077 && $(COMPOSE) -p $(COMPOSE_PROJECT) run --rm --no-deps -T --entrypoint /tools/busybox auth \
+	  cat /state/auth/dev.token >$(COMPOSE_TOKEN).tmp && mv -f $(COMPOSE_TOKEN).tmp $(COMPOSE_TOKEN) \
+	  || { rm -f $(COMPOSE_TOKEN).tmp; echo "no dev token: the dev-tenant one-shot makes it (docker-compose -p $(COMPOSE_PROJECT) logs dev-tenant)"; exit 1; }
+	@echo "dev tenant credentials in $(COMPOSE_CREDS), its gateway token in $(COMPOSE_TOKEN) (0600; keep them secret). Submit with:"
 	@echo "  $(BIN)/paddock --nats-url nats://127.0.0.1:$${NATS_PORT:-4222} --creds $(COMPOSE_CREDS) submit --wait -- 'echo hi'"
+	@echo "  curl -H \"Authorization: Bearer \$$(cat $(COMPOSE_TOKEN))\" -H 'Content-Type: application/json' -d '{\"command\":\"echo hi\"}' 'http://127.0.0.1:$${GATEWAY_PORT:-8080}/v1/jobs?wait=60s'"
 	@echo "more tenants: $(COMPOSE) -p $(COMPOSE_PROJECT) run --rm admin tenant add NAME --out /out/NAME.creds   (-> ./compose-creds/)"
 
 compose-down: compose-tool ## Stop the compose fleet (data and credential volumes kept; add -v by hand to drop them)

@@ -7,7 +7,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -79,6 +82,7 @@ type compose struct {
 	env     []string
 	natsURL string
 	redis   string // host:port
+	gateway string // base URL of the published gateway
 	image   string // the paddock image
 	creds   composeCreds
 
@@ -91,13 +95,15 @@ type compose struct {
 type composeCreds struct {
 	dev, admin    string // .creds files: the dev tenant's (0600, uid 65532), the admin's
 	redisPassword string
+	devToken      string // the dev tenant's bearer token for the gateway
 }
 
 // TestCompose brings up docker-compose.yml with several workers on this
 // host's engine, checks that NATS and Redis refuse clients without
 // credentials, runs jobs as the dev tenant through the published NATS port
 // with the CLI of the deployed image, optionally kills a worker mid-run,
-// checks that every job has exactly one terminal result, and takes the
+// checks that every job has exactly one terminal result, runs a job through
+// the gateway's HTTP API with the dev tenant's bearer token, and takes the
 // stack down leaving no container behind.
 func TestCompose(t *testing.T) {
 	run := composeRunFromEnv(t)
@@ -196,6 +202,9 @@ func TestCompose(t *testing.T) {
 			killed, killedAt.Round(time.Millisecond), run.jobs-steadyN, recovery.Round(time.Millisecond), steadyN, steadyRate)
 	}
 
+	// After the batch's checks, which count every result in the stream.
+	c.checkGateway(ctx)
+
 	downStart := time.Now()
 	c.down()
 	downTook := time.Since(downStart)
@@ -213,6 +222,87 @@ func TestCompose(t *testing.T) {
 	}
 }
 
+// composeGateway is the part of docker-compose.yml TestComposeGatewayWiring reads.
+type composeGateway struct {
+	Services map[string]struct {
+		Command     []string          `json:"command"`
+		Entrypoint  []string          `json:"entrypoint"`
+		User        string            `json:"user"`
+		Environment map[string]string `json:"environment"`
+		Volumes     []string          `json:"volumes"`
+		Ports       []string          `json:"ports"`
+		Healthcheck struct {
+			Test []string `json:"test"`
+		} `json:"healthcheck"`
+		DependsOn map[string]struct {
+			Condition string `json:"condition"`
+		} `json:"depends_on"`
+	} `json:"services"`
+}
+
+// TestComposeGatewayWiring: the gateway runs `paddock gateway` as 65532 on
+// every interface of its container, published on 127.0.0.1 only, checked on
+// /healthz; it reads its NATS user and signing key from auth-gateway
+// (read-only), which `auth` fills with 0600 copies owned by that user; it
+// mounts no signing keys, no Docker socket and no Redis password; it starts
+// after NATS is healthy and dev-tenant (the tokens bucket, the dev token)
+// is done. TestCompose runs it for real.
+func TestComposeGatewayWiring(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	require.NoError(t, err)
+	var cf composeGateway
+	require.NoError(t, yaml.Unmarshal(raw, &cf))
+	gw, ok := cf.Services["gateway"]
+	require.True(t, ok, "docker-compose.yml: no service gateway")
+	assert.Equal(t, []string{"gateway"}, gw.Command)
+	assert.Equal(t, "65532:65532", gw.User, "gateway: non-root")
+
+	mounts := map[string]string{}
+	for _, v := range gw.Volumes {
+		src, dst, _ := strings.Cut(v, ":")
+		mounts[src] = dst
+		assert.NotContains(t, v, "docker.sock", "gateway: needs no Docker socket")
+	}
+	assert.NotContains(t, mounts, "auth", "gateway: mounts the signing keys of the volume auth")
+	dir, ro := strings.CutSuffix(mounts["auth-gateway"], ":ro")
+	require.True(t, ro, "gateway: auth-gateway read-only (got %q)", mounts["auth-gateway"])
+	env := gw.Environment
+	assert.Equal(t, dir+"/nats.creds", env["PADDOCK_CREDS"], "gateway: PADDOCK_CREDS in auth-gateway")
+	assert.Equal(t, dir+"/gateway.nk", env["PADDOCK_GATEWAY_SIGNING_KEY"], "gateway: the signing key in auth-gateway")
+	for k := range env {
+		assert.False(t, strings.HasPrefix(k, "PADDOCK_REDIS"), "gateway: %s (it needs no Redis)", k)
+	}
+
+	addr := env["PADDOCK_GATEWAY_ADDR"]
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err, "gateway: PADDOCK_GATEWAY_ADDR %q", addr)
+	assert.Contains(t, []string{"", "0.0.0.0", "::"}, host, "gateway: PADDOCK_GATEWAY_ADDR must listen beyond the container's loopback")
+	require.Len(t, gw.Ports, 1, "gateway: one published port")
+	assert.Regexp(t, `^127\.0\.0\.1:\$\{GATEWAY_PORT:-8080\}:`+port+`$`, gw.Ports[0], "gateway: published on the host's 127.0.0.1 only")
+	assert.Contains(t, strings.Join(gw.Healthcheck.Test, " "), "http://127.0.0.1:"+port+"/healthz", "gateway: health check")
+	for svc, cond := range map[string]string{"nats": "service_healthy", "dev-tenant": "service_completed_successfully",
+		"auth": "service_completed_successfully", "tools": "service_completed_successfully"} {
+		assert.Equal(t, cond, gw.DependsOn[svc].Condition, "gateway: depends_on %s", svc)
+	}
+
+	// auth copies the gateway's user and key into auth-gateway for its user.
+	auth := cf.Services["auth"]
+	script := strings.Join(auth.Entrypoint, " ")
+	var to string
+	for _, v := range auth.Volumes {
+		if src, dst, _ := strings.Cut(v, ":"); src == "auth-gateway" {
+			to = dst
+		}
+	}
+	require.NotEmpty(t, to, "auth: does not mount auth-gateway")
+	assert.Contains(t, script, "put $$a/creds/gateway.creds "+to+"/nats.creds \"$$GATEWAY_USER\"", "auth: copies the gateway's creds")
+	assert.Contains(t, script, "put $$a/gateway.nk "+to+"/gateway.nk \"$$GATEWAY_USER\"", "auth: copies the gateway's key")
+	assert.Equal(t, gw.User, auth.Environment["GATEWAY_USER"], "auth: the copies' owner is the gateway's user")
+	assert.Contains(t, strings.Join(cf.Services["dev-tenant"].Entrypoint, " "), "tenant token dev",
+		"dev-tenant: creates the tokens bucket and the dev token")
+}
+
 func newCompose(t *testing.T, run composeRun) *compose {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -228,9 +318,10 @@ func newCompose(t *testing.T, run composeRun) *compose {
 	require.FileExists(t, filepath.Join(root, "docker-compose.yml"))
 
 	c := &compose{t: t, root: root, project: "pdkct" + randomSuffix(), owners: map[string]bool{}}
-	natsPort, redisPort := freePort(t), freePort(t)
+	natsPort, redisPort, gatewayPort := freePort(t), freePort(t), freePort(t)
 	c.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	c.redis = fmt.Sprintf("127.0.0.1:%d", redisPort)
+	c.gateway = fmt.Sprintf("http://127.0.0.1:%d", gatewayPort)
 	c.image = envOr("PADDOCK_IMAGE", "paddock/paddock:latest")
 	// The init directory is this test's own: another fleet on this host
 	// keeps its /var/lib/paddock/init.
@@ -242,6 +333,7 @@ func newCompose(t *testing.T, run composeRun) *compose {
 		"COMPOSE_PROJECT_NAME="+c.project,
 		"NATS_PORT="+strconv.Itoa(natsPort),
 		"REDIS_PORT="+strconv.Itoa(redisPort),
+		"GATEWAY_PORT="+strconv.Itoa(gatewayPort),
 		"PADDOCK_INIT_DIR="+initDir,
 		// paddock/test (4 MB) is always built by `make test`.
 		"PADDOCK_IMAGES="+envOr("PADDOCK_COMPOSE_SANDBOX_IMAGES", "paddock/test:latest"),
@@ -336,6 +428,8 @@ func (c *compose) copyCreds() composeCreds {
 		dev:           write("dev.creds", c.authFile("creds/dev.creds")),
 		admin:         write("admin.creds", c.authFile("creds/admin.creds")),
 		redisPassword: strings.TrimSpace(string(c.authFile("redis.password"))),
+		// dev-tenant issued it (make compose-creds copies it the same way).
+		devToken: strings.TrimSpace(string(c.authFile("dev.token"))),
 	}
 	require.NoError(c.t, os.Chown(cr.dev, 65532, 65532))
 	require.NotEmpty(c.t, cr.redisPassword)
@@ -425,15 +519,16 @@ func (c *compose) containers(service string) []ctr {
 	return list
 }
 
-// waitHealthy waits until every scheduler and worker reports healthy (their
-// health checks fetch /healthz from --metrics-addr).
+// waitHealthy waits until every scheduler, worker, the gateway, NATS and
+// Redis report healthy (the schedulers' and workers' health checks fetch
+// /readyz from --metrics-addr, the gateway's /healthz from its address).
 func (c *compose) waitHealthy(workers int, timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		healthy, total := 0, 0
 		var bad []string
-		for _, svc := range []string{"scheduler", "worker", "nats", "redis"} {
+		for _, svc := range []string{"scheduler", "worker", "gateway", "nats", "redis"} {
 			for _, ct := range c.containers(svc) {
 				total++
 				switch {
@@ -672,6 +767,59 @@ func (c *compose) cleanup() {
 		out, err := c.cmd(time.Minute, "docker", append([]string{"rm", "-f"}, ids...)...)
 		c.t.Logf("cleanup: removed %d leftover containers (%v) %s", len(ids), err, out)
 	}
+}
+
+// checkGateway: the published gateway answers /healthz, refuses a job
+// without a bearer token or with a token it never issued (401), and with the
+// dev tenant's token runs one (POST /v1/jobs?wait=60s) to its result.
+func (c *compose) checkGateway(ctx context.Context) {
+	t := c.t
+	t.Helper()
+	hc := &http.Client{Timeout: 90 * time.Second}
+	do := func(bearer, body string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.gateway+"/v1/jobs?wait=60s", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := hc.Do(req)
+		require.NoError(t, err, "POST %s/v1/jobs", c.gateway)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, b
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.gateway+"/healthz", nil)
+	require.NoError(t, err)
+	resp, err := hc.Do(req)
+	require.NoError(t, err, "the gateway on %s (GATEWAY_PORT)", c.gateway)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "GET /healthz: %s", b)
+
+	const spec = `{"command":"echo hi"}`
+	resp, b = do("", spec)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a job without a token: %s", b)
+	resp, b = do("pdk_"+strings.Repeat("a", 52), spec)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a job with a token the gateway never issued: %s", b)
+
+	require.True(t, strings.HasPrefix(c.creds.devToken, "pdk_"), "auth/dev.token holds no bearer token: %q", c.creds.devToken)
+	t0 := time.Now()
+	resp, b = do(c.creds.devToken, spec)
+	took := time.Since(t0)
+	if !assert.Equal(t, http.StatusOK, resp.StatusCode, "POST /v1/jobs?wait=60s with the dev token: %s", b) {
+		c.dumpLogs()
+		return
+	}
+	var r job.Result
+	require.NoError(t, json.Unmarshal(b, &r), "the result: %s", b)
+	assert.Equal(t, job.StateSucceeded, r.State, "%s %s", r.Reason, r.Error)
+	assert.Equal(t, "dev", r.Tenant, "the token's tenant")
+	assert.Equal(t, "hi\n", r.Stdout.Text, "stdout")
+	t.Logf("gateway: job %s through POST /v1/jobs?wait=60s in %s", r.ID, took.Round(time.Millisecond))
 }
 
 func (c *compose) dumpLogs() {

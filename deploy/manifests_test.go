@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -467,47 +468,9 @@ func checkOverlay(t *testing.T, b *built) {
 	for _, name := range []string{"paddock-scheduler", "paddock-worker"} {
 		d, ok := b.get("Deployment", name).(*appsv1.Deployment)
 		require.True(t, ok, "no Deployment %s", name)
-		pod := &d.Spec.Template.Spec
-		c := &pod.Containers[0]
-		assert.Equal(t, "paddock/paddock", imageName(c.Image, b), "%s image", name)
-
 		// Probes: /healthz (startup, liveness) and /readyz (readiness) on the
 		// port that PADDOCK_METRICS_ADDR opens.
-		var port int32
-		for _, p := range c.Ports {
-			if p.Name == "metrics" {
-				port = p.ContainerPort
-			}
-		}
-		assert.Equal(t, metricsPort, port, "%s: containerPort metrics vs PADDOCK_METRICS_ADDR", name)
-		for probe, path := range map[*corev1.Probe]string{c.StartupProbe: "/healthz", c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
-			if assert.NotNil(t, probe, "%s: missing probe for %s", name, path) && assert.NotNil(t, probe.HTTPGet, name) {
-				assert.Equal(t, path, probe.HTTPGet.Path, name)
-				assert.Equal(t, "metrics", probe.HTTPGet.Port.String(), name)
-			}
-		}
-		// The config reaches the container, and only optional secrets.
-		var hasConfig bool
-		for _, ef := range c.EnvFrom {
-			if ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == cm.Name {
-				hasConfig = true
-			}
-			if ef.SecretRef != nil {
-				assert.True(t, ef.SecretRef.Optional != nil && *ef.SecretRef.Optional, "%s: secret %s must be optional", name, ef.SecretRef.Name)
-			}
-		}
-		assert.True(t, hasConfig, "%s: envFrom %s", name, cm.Name)
-		assert.False(t, *pod.AutomountServiceAccountToken, "%s mounts an API token", name)
-
-		// A PodDisruptionBudget selects it.
-		var pdbs int
-		for _, o := range b.all("PodDisruptionBudget") {
-			pdb := o.obj.(*policyv1.PodDisruptionBudget)
-			if selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
-				pdbs++
-			}
-		}
-		assert.Equal(t, 1, pdbs, "%s: PodDisruptionBudgets selecting it", name)
+		checkPaddockDeployment(t, b, cm, d, "metrics", metricsPort, "/readyz")
 	}
 
 	// The worker: grace above the drain, an engine, the init where the
@@ -606,6 +569,7 @@ func checkOverlay(t *testing.T, b *built) {
 	checkKEDAAuth(t, b, so)
 	checkServiceAuth(t, b, cm)
 	checkRedisPolicies(t, b)
+	checkGateway(t, b, cm)
 	covered := map[string]bool{}
 	for _, tr := range so.Spec.Triggers {
 		allowed, ok := kedaMetadataKeys[tr.Type]
@@ -637,6 +601,204 @@ func checkOverlay(t *testing.T, b *built) {
 		assert.True(t, covered["pending "+q], "no trigger on queue %s's pending tasks", q)
 		assert.True(t, covered["active "+q], "no trigger on queue %s's active tasks", q)
 	}
+}
+
+// checkPaddockDeployment checks what every Paddock Deployment d has: the
+// paddock image, a container port portName = port, probes on it (/healthz
+// for startup and liveness, readyPath for readiness), the shared ConfigMap
+// and only optional secrets in its environment, a ServiceAccount of its own
+// without an API token, and one PodDisruptionBudget.
+func checkPaddockDeployment(t *testing.T, b *built, cm *corev1.ConfigMap, d *appsv1.Deployment, portName string, port int32, readyPath string) {
+	t.Helper()
+	name, pod := d.Name, &d.Spec.Template.Spec
+	c := &pod.Containers[0]
+	assert.Equal(t, "paddock/paddock", imageName(c.Image, b), "%s image", name)
+	var got int32
+	for _, p := range c.Ports {
+		if p.Name == portName {
+			got = p.ContainerPort
+		}
+	}
+	assert.Equal(t, port, got, "%s: containerPort %s vs the address the service listens on", name, portName)
+	for probe, path := range map[*corev1.Probe]string{c.StartupProbe: "/healthz", c.LivenessProbe: "/healthz", c.ReadinessProbe: readyPath} {
+		if assert.NotNil(t, probe, "%s: missing probe for %s", name, path) && assert.NotNil(t, probe.HTTPGet, name) {
+			assert.Equal(t, path, probe.HTTPGet.Path, name)
+			assert.Equal(t, portName, probe.HTTPGet.Port.String(), name)
+		}
+	}
+	// The config reaches the container, and only optional secrets.
+	var hasConfig bool
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == cm.Name {
+			hasConfig = true
+		}
+		if ef.SecretRef != nil {
+			assert.True(t, ef.SecretRef.Optional != nil && *ef.SecretRef.Optional, "%s: secret %s must be optional", name, ef.SecretRef.Name)
+		}
+	}
+	assert.True(t, hasConfig, "%s: envFrom %s", name, cm.Name)
+	if assert.NotNil(t, pod.AutomountServiceAccountToken, "%s: automountServiceAccountToken", name) {
+		assert.False(t, *pod.AutomountServiceAccountToken, "%s mounts an API token", name)
+	}
+	sa, ok := b.get("ServiceAccount", pod.ServiceAccountName).(*corev1.ServiceAccount)
+	if assert.True(t, ok, "%s: serviceAccountName %q is no ServiceAccount of the build", name, pod.ServiceAccountName) {
+		assert.Equal(t, name, sa.Name, "%s: a ServiceAccount of its own", name)
+		assert.False(t, sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken, "ServiceAccount %s: automountServiceAccountToken false", sa.Name)
+	}
+	var pdbs int
+	for _, o := range b.all("PodDisruptionBudget") {
+		pdb := o.obj.(*policyv1.PodDisruptionBudget)
+		if selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+			pdbs++
+		}
+	}
+	assert.Equal(t, 1, pdbs, "%s: PodDisruptionBudgets selecting it", name)
+}
+
+// checkGateway: the gateway Deployment serves on PADDOCK_GATEWAY_ADDR (on
+// every interface: the kubelet probes it and the Service reaches it), which
+// its port http, its probes (/healthz) and the Service paddock-gateway
+// name; it runs two replicas or more (it is stateless), reads its NATS
+// user and signing key as private copies (auth), has no Redis password, no
+// engine and no host path, and its NetworkPolicies let clients reach 8080
+// only and the gateway reach NATS.
+func checkGateway(t *testing.T, b *built, cm *corev1.ConfigMap) {
+	d, ok := b.get("Deployment", "paddock-gateway").(*appsv1.Deployment)
+	require.True(t, ok, "no Deployment paddock-gateway")
+	pod := &d.Spec.Template.Spec
+	c := container(pod, "gateway")
+	require.NotNil(t, c, "paddock-gateway: no container gateway")
+	require.Same(t, &pod.Containers[0], c, "paddock-gateway: gateway is the first container")
+	assert.Equal(t, []string{"gateway"}, c.Args, "paddock-gateway: runs `paddock gateway`")
+	addr, _ := envValue(c, "PADDOCK_GATEWAY_ADDR")
+	require.NotEmpty(t, addr, "paddock-gateway: PADDOCK_GATEWAY_ADDR (the default, 127.0.0.1:8080, is unreachable from outside the pod)")
+	host := addr[:strings.LastIndexByte(addr, ':')]
+	assert.Contains(t, []string{"", "0.0.0.0", "[::]"}, host, "paddock-gateway: PADDOCK_GATEWAY_ADDR %q must listen on every interface", addr)
+	port := portOf(t, addr)
+	checkPaddockDeployment(t, b, cm, d, "http", port, "/healthz")
+	if assert.NotNil(t, d.Spec.Replicas, "paddock-gateway: replicas") {
+		assert.GreaterOrEqual(t, *d.Spec.Replicas, int32(2), "paddock-gateway: a spare replica")
+	}
+	for _, v := range pod.Volumes {
+		assert.Nil(t, v.HostPath, "paddock-gateway: hostPath volume %s (it needs no engine)", v.Name)
+	}
+	_, docker := envValue(c, "DOCKER_HOST")
+	assert.False(t, docker, "paddock-gateway: DOCKER_HOST (it needs no engine)")
+	checkGatewayAuth(t, b, cm, pod, c)
+
+	svc, ok := b.get("Service", "paddock-gateway").(*corev1.Service)
+	if assert.True(t, ok, "no Service paddock-gateway") {
+		assert.True(t, selects(svc.Spec.Selector, d.Spec.Template.Labels), "Service paddock-gateway selects the gateway pods")
+		var http bool
+		for _, p := range svc.Spec.Ports {
+			http = http || p.TargetPort.String() == "http" && p.Port == port
+		}
+		assert.True(t, http, "Service paddock-gateway: port %d to targetPort http", port)
+		// An MCP session lives in one replica's memory.
+		assert.Equal(t, corev1.ServiceAffinityClientIP, svc.Spec.SessionAffinity, "Service paddock-gateway: sessionAffinity")
+	}
+	checkGatewayPolicies(t, b, d.Spec.Template.Labels, port)
+}
+
+// checkGatewayAuth: the gateway reads its NATS user (PADDOCK_CREDS) and its
+// signing key (PADDOCK_GATEWAY_SIGNING_KEY) as 0600 copies in memory that
+// its init container auth makes of the Secret, which projects those two
+// keys only (no Redis password: it needs no Redis). No other workload
+// projects the signing key: it acts as any tenant.
+func checkGatewayAuth(t *testing.T, b *built, cm *corev1.ConfigMap, pod *corev1.PodSpec, c *corev1.Container) {
+	const name = "paddock-gateway"
+	creds, ok := envValue(c, "PADDOCK_CREDS")
+	if !ok {
+		creds = cm.Data["PADDOCK_CREDS"]
+	}
+	key, _ := envValue(c, "PADDOCK_GATEWAY_SIGNING_KEY")
+	require.NotEmpty(t, creds, "%s: PADDOCK_CREDS (the gateway's NATS user)", name)
+	require.NotEmpty(t, key, "%s: PADDOCK_GATEWAY_SIGNING_KEY (else it looks in the data dir)", name)
+	assert.Equal(t, path.Dir(creds), path.Dir(key), "%s: one directory for the creds and the key", name)
+	sv := secretVolume(pod, authSecret)
+	checkAuthVolume(t, name, sv, "gateway.creds", "gateway.nk")
+	require.NotNil(t, sv)
+	assert.Nil(t, mountOf(c, sv.Name), "%s: the gateway reads a 0600 copy, not the Secret", name)
+	var copyVol string
+	for _, m := range c.VolumeMounts {
+		if path.Dir(creds) == m.MountPath {
+			copyVol = m.Name
+			assert.True(t, m.ReadOnly, "%s: the credentials mount is read-only", name)
+		}
+	}
+	require.NotEmpty(t, copyVol, "%s: %s is on no volume mount", name, creds)
+	if v := volume(pod, copyVol); assert.NotNil(t, v) && assert.NotNil(t, v.EmptyDir, "%s: %s is an emptyDir", name, copyVol) {
+		assert.Equal(t, corev1.StorageMediumMemory, v.EmptyDir.Medium, "%s: the copies stay in memory", name)
+	}
+	init := container(pod, "auth")
+	require.NotNil(t, init, "%s: no init container auth copies the credentials", name)
+	src, dst := mountOf(init, sv.Name), mountOf(init, copyVol)
+	require.NotNil(t, src, "%s: init auth mounts the Secret", name)
+	require.NotNil(t, dst, "%s: init auth mounts %s", name, copyVol)
+	script := strings.Join(append(slices.Clone(init.Command), init.Args...), " ")
+	for from, to := range map[string]string{"gateway.creds": path.Base(creds), "gateway.nk": path.Base(key)} {
+		assert.Contains(t, script, fmt.Sprintf("cp %s/%s %s/%s", src.MountPath, itemPath(sv, from), dst.MountPath, to), "%s: init auth copies %s", name, from)
+	}
+	assert.Regexp(t, `chmod 0?600 `, script, "%s: the copies are 0600", name)
+
+	for _, w := range workloads(b) {
+		if w.name == name {
+			continue
+		}
+		for _, v := range w.pod.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				assert.NotEqual(t, "gateway.nk", it.Key, "%s %s projects the gateway's signing key", w.kind, w.name)
+			}
+			assert.NotEmpty(t, v.Secret.Items, "%s %s: volume %s projects every key of Secret %s", w.kind, w.name, v.Name, v.Secret.SecretName)
+		}
+	}
+}
+
+// checkGatewayPolicies: NetworkPolicies select the gateway pods (labels)
+// and admit port only; the NATS policy admits the gateway on its client
+// port (open to all, or by a rule that selects the gateway pods).
+func checkGatewayPolicies(t *testing.T, b *built, labels map[string]string, port int32) {
+	var n int
+	for _, o := range b.all("NetworkPolicy") {
+		np := o.obj.(*networkingv1.NetworkPolicy)
+		if !selects(np.Spec.PodSelector.MatchLabels, labels) {
+			continue
+		}
+		n++
+		assert.Contains(t, np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress, "NetworkPolicy %s", np.Name)
+		require.NotEmpty(t, np.Spec.Ingress, "NetworkPolicy %s selects the gateway and admits nothing", np.Name)
+		for _, rule := range np.Spec.Ingress {
+			assertPorts(t, np.Name, rule.Ports, int(port))
+		}
+	}
+	assert.Positive(t, n, "no NetworkPolicy selects the gateway pods: every port of theirs is open")
+
+	nats, ok := b.get("NetworkPolicy", "nats").(*networkingv1.NetworkPolicy)
+	require.True(t, ok, "no NetworkPolicy nats")
+	var reaches bool
+	for _, rule := range nats.Spec.Ingress {
+		var client bool
+		for _, p := range rule.Ports {
+			client = client || p.Port.IntValue() == natsClient
+		}
+		if !client {
+			continue
+		}
+		reaches = reaches || len(rule.From) == 0
+		for _, peer := range rule.From {
+			reaches = reaches || peer.NamespaceSelector == nil && peer.IPBlock == nil && peer.PodSelector != nil &&
+				len(peer.PodSelector.MatchExpressions) == 0 && selectsOrAll(peer.PodSelector.MatchLabels, labels)
+		}
+	}
+	assert.True(t, reaches, "NetworkPolicy nats: the gateway pods must reach port %d", natsClient)
+}
+
+// selectsOrAll is selects, where an empty selector selects every pod.
+func selectsOrAll(selector, labels map[string]string) bool {
+	return len(selector) == 0 || selects(selector, labels)
 }
 
 func namespaceOf(b *built) string {

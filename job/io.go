@@ -21,6 +21,36 @@ type OutputPolicy struct {
 	// Keep stores the complete stdout and stderr in the tenant's output
 	// bucket (OutBucket); absent means the operator's default.
 	Keep *bool `json:"keep,omitempty"`
+	// Spill writes the complete stdout and stderr of each command into the
+	// job's workspace as it runs, at SpillPath (the agent gateway's capped
+	// answers point there). It needs a writable volume, and counts against
+	// the volume's max_bytes.
+	Spill bool `json:"spill,omitempty"`
+}
+
+// SpillDir is the directory, relative to the workspace, that spilled
+// output goes to; SpillPath(id, stream) is the file of one stream.
+const SpillDir = ".paddock/out"
+
+// SpillPath is where a job's spilled stream ("stdout" or "stderr") lands,
+// as the box sees it: /workspace/.paddock/out/<id>.<stream>.
+func SpillPath(id, stream string) string {
+	return "/workspace/" + SpillDir + "/" + id + "." + stream
+}
+
+// Spilled is the output a job spilled into its workspace (OutputPolicy.Spill).
+type Spilled struct {
+	Stdout SpillFile `json:"stdout"`
+	Stderr SpillFile `json:"stderr"`
+}
+
+// SpillFile is one spilled stream: its path in the box, the bytes written,
+// and, when not every byte could be written (the volume's quota, the fsize
+// limit, a full disk), why.
+type SpillFile struct {
+	Path  string `json:"path"`
+	Bytes int64  `json:"bytes"`
+	Error string `json:"error,omitempty"`
 }
 
 // File is one file written under the job's workspace before its first
@@ -76,6 +106,8 @@ const (
 	// DefaultInlineBytes is the default cap of all inline file contents of
 	// one job (decoded); a spec is at most MaxSpecBytes, base64 adds a third.
 	DefaultInlineBytes = 128 << 10
+	// MaxVolumeBytes bounds volume.max_bytes (1 TiB): a typo guard.
+	MaxVolumeBytes = 1 << 40
 )
 
 // Subjects, streams and buckets of agent I/O.
@@ -242,6 +274,9 @@ func (v *validator) checkIO(s *Spec, caps Caps) {
 		if err := CheckPattern(p); err != nil {
 			v.add(fmt.Sprintf("artifacts[%d]", i), err.Error())
 		}
+	}
+	if s.Output != nil && s.Output.Spill && (s.Volume == nil || s.Volume.Mode == VolumeRO) {
+		v.add("output.spill", "spilled output goes into the workspace: mount a volume rw")
 	}
 	if s.Output != nil && s.Output.Keep != nil && *s.Output.Keep && caps.NoKeep {
 		v.add("output.keep", "this fleet does not keep full output (the operator turned it off)")

@@ -296,6 +296,11 @@ func TestCheckIORejects(t *testing.T) {
 		{"pattern syntax", withCmd(`"artifacts":["out/[a"]`), fuzzCaps, "artifacts[0]", `"out/[a": element "[a" is not a valid pattern`},
 		{"keep where nothing is kept", withCmd(`"output":{"keep":true}`), Caps{NoKeep: true}, "output.keep",
 			"this fleet does not keep full output (the operator turned it off)"},
+		{"spill without a volume", withCmd(`"output":{"spill":true}`), fuzzCaps, "output.spill",
+			"spilled output goes into the workspace: mount a volume rw"},
+		{"spill on a ro volume", withCmd(`"volume":{"name":"v","mode":"ro"},"output":{"spill":true}`), fuzzCaps, "output.spill",
+			"spilled output goes into the workspace: mount a volume rw"},
+		{"spill type", withCmd(`"output":{"spill":"yes"}`), fuzzCaps, "output.spill", "expected true or false, got a string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,6 +327,9 @@ func TestCheckIOAccepts(t *testing.T) {
 		{"a ro volume without files", withCmd(`"volume":{"name":"v","mode":"ro"},"artifacts":["*"]`), fuzzCaps},
 		{"files on a rw volume", withCmd(`"volume":{"name":"v"},"files":[{"path":"a"}]`), fuzzCaps},
 		{"keep false where nothing is kept", withCmd(`"output":{"keep":false}`), Caps{NoKeep: true}},
+		{"spill on a rw volume", withCmd(`"volume":{"name":"v"},"output":{"spill":true}`), fuzzCaps},
+		{"spill on an explicit rw volume with keep", withCmd(`"volume":{"name":"v","mode":"rw"},"output":{"spill":true,"keep":true}`), fuzzCaps},
+		{"spill false without a volume", withCmd(`"output":{"spill":false}`), Caps{}},
 		{"stdin at the cap", withCmd(`"stdin":"` + strings.Repeat("i", MaxStdinBytes) + `"`), Caps{}},
 		{"duplicate patterns", withCmd(`"artifacts":["*","*"]`), Caps{}},
 	} {
@@ -368,13 +376,13 @@ func TestCheckIOReportsEveryField(t *testing.T) {
 	t.Parallel()
 	_, err := decodeAndValidate(withCmd(`"volume":{"name":"v","mode":"ro"},
 		"files":[{"path":"/a","mode":"x","content_b64":"!"},{"path":"b","ref":"r","content_b64":"eA=="},{"path":"b"},{"path":"b/c","ref":"/r"}],
-		"stdin":"`+strings.Repeat("i", MaxStdinBytes+1)+`","artifacts":["[","ok"],"output":{"keep":true}`), Caps{Volumes: true, NoKeep: true})
+		"stdin":"`+strings.Repeat("i", MaxStdinBytes+1)+`","artifacts":["[","ok"],"output":{"keep":true,"spill":true}`), Caps{Volumes: true, NoKeep: true})
 	var fields []string
 	for _, fe := range FieldErrors(err) {
 		fields = append(fields, fe.Field)
 	}
 	assert.Equal(t, []string{"files", "files[0].path", "files[0].mode", "files[0].content_b64", "files[1]",
-		"files[2].path", "files[3].ref", "files[3].path", "stdin", "artifacts[0]", "output.keep"}, fields)
+		"files[2].path", "files[3].ref", "files[3].path", "stdin", "artifacts[0]", "output.spill", "output.keep"}, fields)
 }
 
 func TestKeepOutput(t *testing.T) {
@@ -454,4 +462,69 @@ func TestIOJSON(t *testing.T) {
 	b, err = json.Marshal(Spec{Command: "x", Output: &OutputPolicy{}})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"command":"x","output":{}}`, string(b), "keep absent: the operator's default")
+}
+
+// TestDocSessionExamples keeps the sessions part of docs/job-contract.md
+// what the code does: its spec validates and passes the schema, its result
+// passes the schema, decodes strictly and names the spill files as
+// SpillPath does, and every error it quotes for the session fields is the
+// one Validate writes.
+func TestDocSessionExamples(t *testing.T) {
+	t.Parallel()
+	doc, ex := docExamples(t)
+	require.Len(t, ex["session-spec"], 1)
+	require.Len(t, ex["session-result"], 1)
+
+	s, err := Decode([]byte(ex["session-spec"][0]))
+	require.NoError(t, err)
+	eff, err := Validate(&s, Caps{Volumes: true})
+	require.NoError(t, err)
+	require.NotNil(t, s.Volume)
+	require.NotNil(t, s.Output)
+	assert.True(t, s.Output.Spill)
+	assert.Positive(t, s.Volume.MaxBytes)
+	assert.Empty(t, validateSchema(loadSchema(t, SpecSchema), []byte(ex["session-spec"][0])))
+
+	block := ex["session-result"][0]
+	assert.Empty(t, validateSchema(loadSchema(t, ResultSchema), []byte(block)))
+	var r Result
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&r))
+	assert.Equal(t, s.ID, r.ID)
+	assert.Equal(t, r.Reason.State(), r.State)
+	assert.Equal(t, &eff, r.Limits, "example result limits = Validate(example spec)")
+	require.NotNil(t, r.Spilled)
+	for _, st := range []struct {
+		name  string
+		out   Output
+		spill SpillFile
+	}{{"stdout", r.Stdout, r.Spilled.Stdout}, {"stderr", r.Stderr, r.Spilled.Stderr}} {
+		assert.Equal(t, SpillPath(r.ID, st.name), st.spill.Path)
+		if st.spill.Error == "" {
+			assert.Equal(t, st.out.Bytes, st.spill.Bytes, "%s: a spill without an error holds the whole stream", st.name)
+		}
+		if st.out.Truncated {
+			assert.EqualValues(t, st.out.Bytes, int64(len(st.out.Text)+len(st.out.Tail))+st.out.OmittedBytes, st.name)
+			assert.LessOrEqual(t, int64(len(st.out.Text)+len(st.out.Tail)), eff.OutputBytes, st.name)
+		}
+	}
+	assert.GreaterOrEqual(t, r.VolumeBytes, r.Spilled.Stdout.Bytes+r.Spilled.Stderr.Bytes, "the spill files are in the volume")
+	assert.LessOrEqual(t, r.VolumeBytes, s.Volume.MaxBytes, "a job that ended ok stayed within its quota")
+
+	const deleteJob = `{"command":"true","volume":{"name":"sess-a","delete":true}}`
+	assert.Contains(t, doc, "`"+deleteJob+"`")
+	_, err = decodeAndValidate(deleteJob, Caps{Volumes: true})
+	assert.NoError(t, err)
+
+	for _, d := range []string{
+		withCmd(`"volume":{"name":"v","max_bytes":-1}`),
+		withCmd(`"volume":{"name":"v","mode":"ro","delete":true}`),
+		withCmd(`"output":{"spill":true}`),
+	} {
+		_, err := decodeAndValidate(d, fuzzCaps)
+		fes := FieldErrors(err)
+		require.Len(t, fes, 1, d)
+		assert.Contains(t, doc, "`"+fes[0].Error()+"`", "docs/job-contract.md shows this error as the code writes it")
+	}
 }

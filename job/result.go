@@ -130,6 +130,12 @@ type Result struct {
 	Kept      *Kept     `json:"kept,omitempty"`
 	Artifacts []Object  `json:"artifacts,omitempty"`
 	Refused   []Refusal `json:"refused,omitempty"`
+	// Spilled names the output spilled into the workspace (output.spill),
+	// for the last command; VolumeBytes is the size of the job's volume
+	// when it ended, when the volume has a max_bytes (a deleted volume is
+	// 0, and left out).
+	Spilled     *Spilled `json:"spilled,omitempty"`
+	VolumeBytes int64    `json:"volume_bytes,omitempty"`
 
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	QueuedAt    time.Time `json:"queued_at,omitzero"`

@@ -101,6 +101,15 @@ const (
 type Volume struct {
 	Name string     `json:"name"`
 	Mode VolumeMode `json:"mode,omitempty"`
+	// MaxBytes bounds the bytes in the volume (rw only): the worker kills a
+	// job whose volume grows past max(MaxBytes, its size when the job
+	// started) with reason fsize, so a job over quota may still shrink it.
+	// 0: no bound.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Delete removes everything in the volume after the job ended (rw
+	// only), under the volume's lock: how an agent session's workspace is
+	// deleted.
+	Delete bool `json:"delete,omitempty"`
 }
 
 // effectiveJSON is the wire form of Effective.

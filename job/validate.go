@@ -262,6 +262,15 @@ func (v *validator) checkVolume(vol *Volume, enabled bool) {
 	if !volumePattern.MatchString(vol.Name) || strings.Contains(vol.Name, "..") {
 		v.add("volume.name", "must be 1-64 of [A-Za-z0-9._-], starting alphanumeric, without '..'")
 	}
+	if vol.MaxBytes < 0 || vol.MaxBytes > MaxVolumeBytes {
+		v.add("volume.max_bytes", fmt.Sprintf("%d is out of range; allowed 0..%d bytes (0 = no bound)", vol.MaxBytes, int64(MaxVolumeBytes)))
+	}
+	if vol.MaxBytes > 0 && vol.Mode == VolumeRO {
+		v.add("volume.max_bytes", "a quota needs a rw volume (a ro job cannot grow it)")
+	}
+	if vol.Delete && vol.Mode == VolumeRO {
+		v.add("volume.delete", "deleting the volume needs it mounted rw")
+	}
 	switch vol.Mode {
 	case "", VolumeRW, VolumeRO:
 	default:

@@ -173,6 +173,12 @@ func TestValidateRejects(t *testing.T) {
 		{"volume name slash", withCmd(`"volume":{"name":"a/b"}`), fuzzCaps, "volume.name", "1-64"},
 		{"volume name 65", withCmd(`"volume":{"name":"` + strings.Repeat("v", 65) + `"}`), fuzzCaps, "volume.name", "1-64"},
 		{"volume mode", withCmd(`"volume":{"name":"v","mode":"wx"}`), fuzzCaps, "volume.mode", `"wx" is not rw or ro`},
+		{"volume max_bytes negative", withCmd(`"volume":{"name":"v","max_bytes":-1}`), fuzzCaps, "volume.max_bytes", "-1 is out of range; allowed 0..1099511627776 bytes (0 = no bound)"},
+		{"volume max_bytes over 1 TiB", withCmd(`"volume":{"name":"v","max_bytes":1099511627777}`), fuzzCaps, "volume.max_bytes", "1099511627777 is out of range; allowed 0..1099511627776 bytes"},
+		{"volume max_bytes on ro", withCmd(`"volume":{"name":"v","mode":"ro","max_bytes":1}`), fuzzCaps, "volume.max_bytes", "a quota needs a rw volume (a ro job cannot grow it)"},
+		{"volume delete on ro", withCmd(`"volume":{"name":"v","mode":"ro","delete":true}`), fuzzCaps, "volume.delete", "deleting the volume needs it mounted rw"},
+		{"volume max_bytes fraction", withCmd(`"volume":{"name":"v","max_bytes":1.5}`), fuzzCaps, "volume.max_bytes", "1.5 is not an integer"},
+		{"volume delete type", withCmd(`"volume":{"name":"v","delete":"yes"}`), fuzzCaps, "volume.delete", "expected true or false, got a string"},
 
 		// limits: ≤ 0, below the floor, above the default caps, above operator caps
 		{"memory 0", withCmd(`"limits":{"memory_mb":0}`), fuzzCaps, "limits.memory_mb", "0 is out of range; allowed 6..2048 MiB"},
@@ -264,6 +270,9 @@ func TestValidateGoBuiltSpecs(t *testing.T) {
 		{"heal mode NUL", Spec{Command: "x", Heal: &HealPolicy{Mode: "llm\x00"}}, "heal.mode", "off, rules, llm"},
 		{"volume name NUL", Spec{Command: "x", Volume: &Volume{Name: "v\x00"}}, "volume.name", "1-64"},
 		{"volume mode NUL", Spec{Command: "x", Volume: &Volume{Name: "v", Mode: "rw\x00"}}, "volume.mode", "rw or ro"},
+		{"volume max_bytes min int64", Spec{Command: "x", Volume: &Volume{Name: "v", MaxBytes: -1 << 63}}, "volume.max_bytes", "is out of range; allowed 0..1099511627776 bytes (0 = no bound)"},
+		{"volume max_bytes max int64", Spec{Command: "x", Volume: &Volume{Name: "v", MaxBytes: 1<<63 - 1}}, "volume.max_bytes", "is out of range; allowed 0..1099511627776 bytes (0 = no bound)"},
+		{"volume delete on ro, Go-built", Spec{Command: "x", Volume: &Volume{Name: "v", Mode: VolumeRO, Delete: true}}, "volume.delete", "needs it mounted rw"},
 		{"memory min int64", Spec{Command: "x", Limits: Limits{MemoryMB: i64(-1 << 63)}}, "limits.memory_mb", "allowed 6..2048 MiB"},
 		{"cpus NaN", Spec{Command: "x", Limits: Limits{CPUs: f64(nan())}}, "limits.cpus", "allowed 0.01..2"},
 		{"cpus +Inf", Spec{Command: "x", Limits: Limits{CPUs: f64(inf())}}, "limits.cpus", "allowed 0.01..2"},
@@ -336,6 +345,11 @@ var acceptedDocs = []string{
 	`{"command":"x","files":[` + manyFiles(MaxFiles) + `],"artifacts":[` + manyPatterns(MaxArtifactPatterns) + `]}`,
 	`{"command":"x","stdin":"` + strings.Repeat("i", MaxStdinBytes) + `"}`,
 	`{"command":"x","files":[{"path":"big","content_b64":"` + base64.StdEncoding.EncodeToString(make([]byte, DefaultInlineBytes)) + `"}]}`,
+	// agent sessions: a quota at its bound, delete, spill; zero values on ro
+	`{"command":"x","volume":{"name":"sess-1","mode":"rw","max_bytes":1099511627776,"delete":true},"output":{"spill":true}}`,
+	`{"command":"x","volume":{"name":"sess-1","max_bytes":1048576},"output":{"spill":true,"keep":true}}`,
+	`{"command":"x","volume":{"name":"v","mode":"ro","max_bytes":0,"delete":false},"output":{"spill":false}}`,
+	// last: BenchmarkDecodeValidate takes it as its 64 KiB command
 	`{"command":"` + strings.Repeat("x", MaxCommandBytes) + `"}`,
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -78,6 +79,12 @@ type Command struct {
 	// OutputKill, when > 0, replaces the runtime's OutputKillBytes for
 	// this command (a command whose output is kept may print more).
 	OutputKill int64
+	// Spill, when set, has init write the complete stdout and stderr into
+	// the workspace, at <WorkspaceDir>/.paddock/out/<Spill>.stdout and
+	// .stderr (one path element; the job's id). SpillMax, when > 0,
+	// bounds each file.
+	Spill    string
+	SpillMax int64
 }
 
 // Output is one captured stream: Head is the start, Tail the end; Bytes
@@ -103,7 +110,11 @@ type Outcome struct {
 	OOMKills, PidsMax int64
 	// Leftover counts processes the command left behind (killed).
 	Leftover int
-	Argv     []string
+	// SpillBytes and SpillErr are init's account of the spill files
+	// (stdout, stderr), when Command.Spill asked for them.
+	SpillBytes [2]int64
+	SpillErr   [2]string
+	Argv       []string
 	// Ended, when set, says how the job's processes ended the sandbox
 	// itself during the command (Run then returns ErrSandboxEnded).
 	Ended string
@@ -302,6 +313,7 @@ func (s *Session) request(cmd Command) (initproto.Request, time.Duration) {
 		ID: s.reqID, Argv: argv, Path: path, Env: buildEnv(s.opts.Env, cmd.Env), Dir: dir,
 		TimeoutMS: timeout.Milliseconds(), OutputCap: outCap, OutputKill: cmp.Or(cmd.OutputKill, s.r.cfg.OutputKillBytes),
 		StreamAll: cmd.StreamAll, RateBytes: cmd.RateBytes, Stdin: cmd.Stdin,
+		Spill: cmd.Spill, SpillMax: cmd.SpillMax,
 	}, timeout
 }
 
@@ -431,6 +443,7 @@ func finish(o *Outcome, x initproto.Exit, tails [2][]byte, half int64) {
 	o.ExitCode, o.Signal = x.ExitCode, x.Signal
 	o.Duration = time.Duration(x.DurationNS)
 	o.OOMKills, o.PidsMax, o.Leftover = x.OOMKills, x.PidsMax, x.Leftover
+	o.SpillBytes, o.SpillErr = x.SpillBytes, boundSpillErr(x.SpillErr)
 	fill := func(dst *Output, total int64, tail []byte) {
 		dst.Bytes = total
 		if total <= int64(len(dst.Head))+int64(len(tail)) {
@@ -498,4 +511,22 @@ func buildEnv(layers ...map[string]string) []string {
 	}
 	sort.Strings(env)
 	return env
+}
+
+// boundSpillErr bounds init's spill errors, which the box could forge, to
+// a line of printable text each.
+func boundSpillErr(e [2]string) [2]string {
+	for i := range e {
+		if len(e[i]) > 200 {
+			e[i] = e[i][:200]
+		}
+		e[i] = strings.ToValidUTF8(e[i], "?")
+		e[i] = strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return ' '
+			}
+			return r
+		}, e[i])
+	}
+	return e
 }

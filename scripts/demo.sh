@@ -22,7 +22,7 @@ stop() {
 trap stop EXIT
 
 echo "demo: starting the stack (paddock up; log: $log)"
-"$bin" up --ready-file "$ready" >"$log" 2>&1 &
+"$bin" up --ready-file "$ready" --gateway-addr 127.0.0.1:0 >"$log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 600); do
 	[[ -f "$ready" ]] && break
@@ -57,6 +57,24 @@ if [[ -n "$pipe_id" ]]; then
 	echo "the kept log has $("$bin" output "$pipe_id" | wc -l) lines; its last: $("$bin" output "$pipe_id" | tail -n 1)"
 else
 	echo "demo: the pipeline step failed (exit $pipe_rc)" >&2
+	rc=1
+fi
+echo
+echo "demo: an agent through the gateway's HTTP API (bearer token; two calls share the session's /workspace):"
+gw=$(sed -n 's|^paddock: gateway on \(http://[^ ]*\) .*|\1|p' "$log" | head -n 1)
+token=$(cat "$data/auth/dev.token")
+api() { curl -sS --fail-with-body -H "Authorization: Bearer $token" "$@"; }
+if [[ -n "$gw" ]] &&
+	api "$gw/v1/jobs?wait=30s" -d '{"session":"demo","command":"seq 100000 > /workspace/n.txt; wc -l < /workspace/n.txt"}' >"$data/gw1.json" &&
+	api "$gw/v1/jobs?wait=30s" -d '{"session":"demo","command":"sed -n 4242p /workspace/n.txt"}' >"$data/gw2.json"; then
+	for f in "$data/gw1.json" "$data/gw2.json"; do
+		sed -n 's/^{"v":[0-9]*,"id":"\([^"]*\)".*"state":"\([a-z]*\)".*"stdout":{"text":"\([^"]*\)".*/job \1: \2, stdout \3/p' "$f"
+	done
+	api -X DELETE "$gw/v1/sessions/demo" -o /dev/null -w 'session demo ended: HTTP %{http_code}, its workspace deleted\n'
+	echo "MCP: the same gateway serves one bash tool at $gw/mcp (docs/gateway.md)"
+else
+	echo "demo: the gateway step failed; stack log:" >&2
+	tail -n 30 "$log" >&2
 	rc=1
 fi
 echo

@@ -34,8 +34,13 @@ readonly LOCK_FILE=/run/lock/paddock-setup.lock
 #   cgroupfs-mount  mounts cgroups on hosts without systemd (as Debian's
 #                   /etc/init.d/docker does)
 #   gcc libc6-dev   cgo, which `go test -race` (make test) needs
+#   curl            `make demo` calls the gateway's HTTP API with it
+#   nodejs          runs the MCP Inspector CLI that cmd/paddock/inspector_test.go
+#                   drives against `paddock up`; its npm is installed by `make
+#                   inspector` when none is on PATH (not listed here: NodeSource's
+#                   nodejs bundles npm and conflicts with Debian's npm package)
 readonly BASE_PACKAGES=(docker.io docker-compose redis-server busybox-static bash-static mmdebstrap
-	ca-certificates cgroupfs-mount gcc libc6-dev)
+	ca-certificates cgroupfs-mount gcc libc6-dev nodejs curl)
 
 # The Go toolchain is not a Debian package of the right version: it is
 # checked, not installed.

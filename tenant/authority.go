@@ -48,6 +48,7 @@ type Authority struct {
 	mu         sync.Mutex
 	accClaims  *jwt.AccountClaims
 	accountJWT string
+	gateway    nkeys.KeyPair // the gateway's scoped signing key; nil until EnsureGatewayKey
 }
 
 // NewAuthority creates new operator, SYS and PADDOCK keys and signs their
@@ -153,15 +154,30 @@ var authorityFiles = [...]struct{ seed, jwt string }{
 	{"operator.nk", "operator.jwt"}, {"sys.nk", "sys.jwt"}, {"account.nk", "account.jwt"},
 }
 
+// GatewayKeyFile, in the directory of a saved Authority, holds the seed of
+// the gateway's signing key, once EnsureGatewayKey made one (an authority
+// saved before has none).
+const GatewayKeyFile = "gateway.nk"
+
 // Save writes the authority into dir (created, or narrowed, to 0700), each
-// file 0600 and replaced atomically.
+// file 0600 and replaced atomically; the gateway key goes first, so that
+// an account JWT naming it is never saved without it.
 func (a *Authority) Save(dir string) error {
 	if err := privateDir(dir); err != nil {
 		return err
 	}
 	a.mu.Lock()
-	accJWT := a.accountJWT
+	accJWT, gw := a.accountJWT, a.gateway
 	a.mu.Unlock()
+	if gw != nil {
+		seed, err := gw.Seed()
+		if err != nil {
+			return fmt.Errorf("tenant: save %s: %w", GatewayKeyFile, err)
+		}
+		if err := writePrivate(filepath.Join(dir, GatewayKeyFile), append(seed, '\n')); err != nil {
+			return err
+		}
+	}
 	keys := []nkeys.KeyPair{a.operator, a.sys, a.account}
 	jwts := []string{a.operatorJWT, a.sysJWT, accJWT}
 	for i, f := range authorityFiles {
@@ -179,8 +195,9 @@ func (a *Authority) Save(dir string) error {
 	return nil
 }
 
-// LoadAuthority reads an authority saved by Save. It refuses a seed file
-// that the group or others may read or write.
+// LoadAuthority reads an authority saved by Save, with its gateway key
+// when it has one. It refuses a seed file that the group or others may
+// read or write.
 func LoadAuthority(dir string) (*Authority, error) {
 	var keys [3]nkeys.KeyPair
 	var jwts [3]string
@@ -196,6 +213,11 @@ func LoadAuthority(dir string) (*Authority, error) {
 		jwts[i] = strings.TrimSpace(string(b))
 	}
 	a := &Authority{operator: keys[0], operatorJWT: jwts[0], sys: keys[1], sysJWT: jwts[1], account: keys[2], accountJWT: jwts[2]}
+	gw, err := readSeed(filepath.Join(dir, GatewayKeyFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	a.gateway = gw
 	if err := a.check(); err != nil {
 		return nil, fmt.Errorf("%w in %s: %w", ErrAuthority, dir, err)
 	}
@@ -209,6 +231,9 @@ func (a *Authority) check() error {
 	if !nkeys.IsValidPublicOperatorKey(opPub) || !nkeys.IsValidPublicAccountKey(publicKey(a.sys)) ||
 		!nkeys.IsValidPublicAccountKey(publicKey(a.account)) {
 		return errors.New("a seed is not of the right kind (operator, account, account)")
+	}
+	if a.gateway != nil && !nkeys.IsValidPublicAccountKey(publicKey(a.gateway)) {
+		return errors.New(GatewayKeyFile + " is not an account signing key (a seed \"SA…\")")
 	}
 	oc, err := jwt.DecodeOperatorClaims(a.operatorJWT)
 	if err != nil {

@@ -23,10 +23,25 @@ const (
 	RoleScheduler Role = "scheduler"
 	// RoleWorker is the worker service.
 	RoleWorker Role = "worker"
+	// RoleGateway is the HTTP/MCP gateway's own service user: it reads
+	// the bearer tokens and the tenant registry and keeps the agent
+	// sessions, and reaches nothing of any tenant (it acts for a tenant
+	// through a user it mints for that tenant: Minter). Its connections
+	// must use GatewayInboxPrefix (nats.CustomInboxPrefix).
+	RoleGateway Role = "gateway"
 	// RoleAdmin may do everything in the PADDOCK account: `paddock tenant
 	// add/ls/rm`, the local operator, stream management.
 	RoleAdmin Role = "admin"
 )
+
+// GatewayInboxPrefix is the inbox prefix of RoleGateway's connections. A
+// tenant's name starts with a letter, so no tenant's inbox
+// (job.InboxPrefix) is under it, nor is it under one of theirs.
+const GatewayInboxPrefix = job.InboxPrefixRoot + "_gateway"
+
+// SessionsBucket is the KV bucket of the gateway's agent sessions (package
+// gateway owns its records; RoleGateway may create and change it).
+const SessionsBucket = "paddock_sessions"
 
 // ErrRole is wrapped by the errors about an unknown role or a role used
 // with or without a tenant where it should not be.
@@ -59,8 +74,31 @@ var serviceGrants = map[Role]Grant{
 		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>", "$O.>", "$JS.FC.>"},
 		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">"},
 	},
-	RoleAdmin: {Pub: []string{">"}, Sub: []string{">"}},
+	RoleGateway: gatewayGrant(),
+	RoleAdmin:   {Pub: []string{">"}, Sub: []string{">"}},
 }
+
+// gatewayGrant is the grant of RoleGateway: read the tokens (TokensBucket)
+// and the registry (RegistryBucket) by key, as Verify does (the bucket's
+// info and a direct get of a key's last value; neither bucket's watchers
+// or writes), create and use the sessions bucket (SessionsBucket: info,
+// create, update, gets, puts, deletes, and the consumers of its watchers
+// and key listings; creating a bucket asks for the account's JetStream
+// info, $JS.API.INFO, which shows totals of the account and nothing of a
+// tenant), and replies on GatewayInboxPrefix.
+func gatewayGrant() Grant {
+	pub := []string{}
+	for _, b := range []string{TokensBucket, RegistryBucket} {
+		pub = append(pub, "$JS.API.STREAM.INFO."+kvStream(b), "$JS.API.DIRECT.GET."+kvStream(b)+".$KV."+b+".>")
+	}
+	sess := kvStream(SessionsBucket)
+	pub = append(pub, streamReader(sess)...)
+	pub = append(pub, "$JS.API.INFO", "$JS.API.STREAM.CREATE."+sess, "$JS.API.STREAM.UPDATE."+sess, "$KV."+SessionsBucket+".>")
+	return Grant{Pub: pub, Sub: []string{GatewayInboxPrefix + ".>"}}
+}
+
+// kvStream is the stream behind a KV bucket.
+func kvStream(bucket string) string { return "KV_" + bucket }
 
 // tenantGrant is the grant of tenant t: submit and cancel as t, read t's
 // results (live, and the last one of a job by a JetStream direct get), t's
@@ -122,7 +160,7 @@ func GrantOf(role Role, tenant string) (Grant, error) {
 	}
 	g, ok := serviceGrants[role]
 	if !ok {
-		return Grant{}, fmt.Errorf("%w: %q: use tenant, scheduler, worker or admin", ErrRole, role)
+		return Grant{}, fmt.Errorf("%w: %q: use tenant, scheduler, worker, gateway or admin", ErrRole, role)
 	}
 	if tenant != "" {
 		return Grant{}, fmt.Errorf("%w: role %s belongs to no tenant (got %q)", ErrRole, role, tenant)
@@ -148,7 +186,7 @@ func ParseRole(s string) (Role, error) {
 	r := Role(s)
 	if r != RoleTenant {
 		if _, ok := serviceGrants[r]; !ok {
-			return "", fmt.Errorf("%w: %q: use tenant, scheduler, worker or admin", ErrRole, s)
+			return "", fmt.Errorf("%w: %q: use tenant, scheduler, worker, gateway or admin", ErrRole, s)
 		}
 	}
 	return r, nil

@@ -88,7 +88,7 @@ func TestBadRoles(t *testing.T) {
 		{tenant.RoleTenant, "Bad.Name", "[a-z0-9-]"},
 		{tenant.RoleTenant, ">", "[a-z0-9-]"},
 		{tenant.RoleScheduler, "dev", "belongs to no tenant"},
-		{tenant.Role("root"), "", "use tenant, scheduler, worker or admin"},
+		{tenant.Role("root"), "", "use tenant, scheduler, worker, gateway or admin"},
 	} {
 		_, err := tenant.Permissions(tc.role, tc.tenant)
 		require.ErrorIs(t, err, tenant.ErrRole, "%s %q", tc.role, tc.tenant)

@@ -31,6 +31,8 @@ type jobRun struct {
 	profile sandbox.Profile
 	env     map[string]string
 	io      *runIO // the run's agent I/O, once a container was taken
+	sess    *sandbox.Session
+	vol     *volumeRun // the job's volume, when it has one (quota.go)
 }
 
 // deadline is the end of the job's budget (limits.job_timeout_s).
@@ -132,6 +134,7 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	if err != nil {
 		return w.infraFail(ctx, r, err)
 	}
+	r.sess = sess
 	r.io = w.newRunIO(r)
 	defer r.io.end("") // no end marker unless finish gave one
 	if r.spec.Volume != nil {
@@ -207,7 +210,11 @@ func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (he
 	// into it, so the sandbox (not this context) ends a command at the deadline.
 	hctx, cancel := context.WithDeadline(ctx, r.deadline())
 	defer cancel()
-	return w.cfg.Healer.Run(hctx, &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes, io: r.io, ctx: ctx},
+	ex := &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes, io: r.io, ctx: ctx}
+	if r.spec.Output != nil && r.spec.Output.Spill && r.vol != nil {
+		ex.spill, ex.spillMax, ex.res = r.res.ID, r.vol.limit, &r.res
+	}
+	return w.cfg.Healer.Run(hctx, ex,
 		r.spec, policy, eff.CommandTimeout)
 }
 
@@ -225,6 +232,9 @@ func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session,
 	case err == nil, jobDeadline, jobEnded:
 		// The command ended (a job-deadline kill is the job's timeout).
 		return w.commandEnded(ctx, r, hres, out, jobDeadline)
+	case errors.Is(context.Cause(ctx), errVolumeQuota):
+		markLast(&r.res, job.ReasonFsize)
+		return w.finish(ctx, r, job.ReasonFsize, fmt.Sprintf("the workspace grew past its quota of %d bytes and the job was killed; remove files from /workspace (a job may still shrink a workspace over its quota) or write less", r.vol.limit))
 	case errors.Is(context.Cause(ctx), errLeaseLost):
 		markLast(&r.res, job.ReasonLeaseLost)
 		return w.finish(ctx, r, job.ReasonLeaseLost, "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data")

@@ -23,15 +23,27 @@ type sessionExec struct {
 	outputBytes int64  // the job's output cap per stream
 	io          *runIO // the run's agent I/O
 	ctx         context.Context
+	// spill, when set, is the job id whose commands spill their output
+	// into the workspace (output.spill), bounded by spillMax; each
+	// command's account goes to res.Spilled (the last one stays).
+	spill    string
+	spillMax int64
+	res      *job.Result
 }
 
 // Exec runs one command of the heal loop (the job's, an installer, a
 // repair) in the job's container.
 func (e *sessionExec) Exec(ctx context.Context, c healer.Command) (healer.Outcome, error) {
 	cmd := sandbox.Command{Script: c.Script, Env: c.Env, Dir: e.dir, Timeout: c.Timeout, OutputBytes: e.outputBytes}
+	if e.spill != "" && !c.Install {
+		cmd.Spill, cmd.SpillMax = e.spill, e.spillMax
+	}
 	ended := e.io.command(e.ctx, &cmd, c)
 	o, err := e.sess.Run(ctx, cmd)
 	ended()
+	if cmd.Spill != "" {
+		e.res.Spilled = spilled(e.spill, o)
+	}
 	return healer.Outcome{
 		ExitCode: o.ExitCode, Reason: job.Reason(o.Reason),
 		Stdout: outputText(o.Stdout), Stderr: outputText(o.Stderr),
@@ -58,5 +70,13 @@ func SandboxSpanAttributes(o healer.Outcome) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		attribute.Bool(job.AttrOutputTruncated, so.Stdout.Truncated || so.Stderr.Truncated),
 		attribute.Int64(job.AttrOOMKills, so.OOMKills), attribute.Int(job.AttrLeftover, so.Leftover),
+	}
+}
+
+// spilled is the result's account of one command's spill files.
+func spilled(id string, o sandbox.Outcome) *job.Spilled {
+	return &job.Spilled{
+		Stdout: job.SpillFile{Path: job.SpillPath(id, "stdout"), Bytes: o.SpillBytes[0], Error: o.SpillErr[0]},
+		Stderr: job.SpillFile{Path: job.SpillPath(id, "stderr"), Bytes: o.SpillBytes[1], Error: o.SpillErr[1]},
 	}
 }

@@ -58,12 +58,17 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 	defer held.Release()
 	r.res.LockWaitMS = held.Waited().Milliseconds()
 	r.profile.Mounts = []sandbox.Mount{{Source: held.Dir(), Target: sandbox.WorkspaceDir, ReadOnly: mode == locks.RO}}
+	r.vol = &volumeRun{dir: held.Dir(), maxBytes: v.MaxBytes, delete: v.Delete}
 	if mode == locks.RW {
 		r.res.FencingToken = held.FencingToken()
 		r.env[job.EnvFencingToken] = strconv.FormatInt(held.FencingToken(), 10)
 		var stop context.CancelCauseFunc
 		ctx, stop = w.watchLease(ctx, r.log, held, v.Name)
 		defer stop(nil)
+		if v.MaxBytes > 0 {
+			ctx, stop = w.watchVolumeQuota(ctx, r)
+			defer stop(nil)
+		}
 	}
 	return run(ctx, r)
 }
@@ -100,4 +105,16 @@ func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held *locks.H
 		}
 	}()
 	return ctx, cancel
+}
+
+// watchVolumeQuota starts the watch of the job's volume quota: the job
+// may not grow the volume past max(max_bytes, its size now), so a job
+// over quota can still shrink it.
+func (w *Worker) watchVolumeQuota(ctx context.Context, r *jobRun) (context.Context, context.CancelCauseFunc) {
+	start, err := volumeUsage(r.vol.dir)
+	if err != nil {
+		r.log.WarnContext(ctx, "volume not measured at start", "err", err)
+	}
+	r.vol.limit = max(r.vol.maxBytes, start)
+	return watchQuota(ctx, r.vol.dir, r.vol.limit, w.cfg.VolumeQuotaInterval)
 }

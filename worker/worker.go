@@ -81,6 +81,10 @@ type Config struct {
 	// command's output while it is streamed (live output or keep on): a
 	// faster command waits on its writes. Default 256 MiB/s; < 0: no bound.
 	OutputRate int64
+	// VolumeQuotaInterval is how often the volume of a job with a
+	// volume.max_bytes is measured while the job runs (default 1s): a job
+	// may overshoot its quota by what it writes in that time.
+	VolumeQuotaInterval time.Duration
 	// KeptOutputKill is the output kill limit of a command whose output is
 	// kept (both streams; default 4 GiB): the kept copy is cut at the IO's
 	// MaxKeptBytes, this ends a command that prints on and on.
@@ -101,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Caps = c.Caps.WithDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
+	}
+	if c.VolumeQuotaInterval <= 0 {
+		c.VolumeQuotaInterval = time.Second
 	}
 	if c.OutputRate == 0 {
 		c.OutputRate = 256 << 20

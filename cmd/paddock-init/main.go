@@ -327,6 +327,7 @@ type stream struct {
 	typ      byte
 	tail     *initproto.Tail
 	total    int64
+	spill    *spillFile // nil: not spilled
 }
 
 // run runs one command and returns how it ended and the kept tails.
@@ -370,6 +371,7 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 	}
 
 	c := newCommand(p, pid, req, outR, errR)
+	c.openSpills(req, &exit)
 	c.pumpsDone.Add(2)
 	go c.pump(outR, c.streams[0])
 	go c.pump(errR, c.streams[1])
@@ -391,6 +393,7 @@ func (p *initProc) run(req initproto.Request) (initproto.Exit, [2][]byte) {
 	oom1, pids1 := cgroupCounters()
 	exit.OOMKills, exit.PidsMax = max(oom1-oom0, 0), max(pids1-pids0, 0)
 	exit.StdoutBytes, exit.StderrBytes = c.streams[0].total, c.streams[1].total
+	c.closeSpills(&exit)
 	tails[0], tails[1] = c.streams[0].tail.Bytes(), c.streams[1].tail.Bytes()
 	exit.DurationNS = int64(time.Since(start))
 	return exit, tails
@@ -540,6 +543,7 @@ func (c *command) pump(r *os.File, s *stream) {
 		if n > 0 {
 			chunk := buf[:n]
 			s.total += int64(n)
+			s.spill.write(chunk)
 			if c.streamAll {
 				c.p.send(s.typ, chunk)
 				chunk = nil

@@ -260,7 +260,9 @@ type upFlags struct {
 	wf                 workerFlags
 	of                 obsFlags
 	pf                 periodicFlags
+	gf                 gatewayFlags
 	dataDir, readyFile string
+	gatewayURL         string
 	auth               *devstack.Auth
 }
 
@@ -268,13 +270,15 @@ func upCmd(g *globals) *cobra.Command {
 	var f upFlags
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the whole stack in one process: NATS, Redis, scheduler and a worker (for development and demos)",
+		Short: "Run the whole stack in one process: NATS, Redis, scheduler, a worker and the gateway (for development and demos)",
 		Long: `up uses NATS at --nats-url and Redis at --redis-url when they answer; otherwise it
 starts an embedded NATS server with JetStream and a redis-server child (AOF on)
 on those addresses, with their data under --data-dir. Shared volumes are served
 from <data-dir>/volumes unless --volume-root says otherwise. Then it runs a
-scheduler and a worker until interrupted, and shuts down in order: stop intake,
-drain running jobs, stop the services it started.`,
+scheduler, a worker and the gateway (HTTP API and MCP on --gateway-addr, the dev
+tenant's bearer token in <data-dir>/auth/dev.token) until interrupted, and shuts
+down in order: stop the gateway and intake, drain running jobs, stop the
+services it started.`,
 		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
@@ -283,6 +287,7 @@ drain running jobs, stop the services it started.`,
 	f.wf.register(cmd.Flags())
 	f.of.register(cmd.Flags())
 	f.pf.register(cmd.Flags())
+	f.gf.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
 	return cmd
 }
@@ -326,6 +331,11 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 	if err != nil {
 		return err
 	}
+	stopGateway, err := startUpGateway(ctx, g, f, g.logger)
+	if err != nil {
+		stop()
+		return err
+	}
 	fmt.Fprintf(g.stderr, "paddock: up in %s — NATS %s, Redis %s, worker concurrency %d, warm pool %d, volumes in %s\n"+
 		"paddock: submit with: paddock%s submit --wait -- 'echo hi'   (as tenant dev; Ctrl-C stops)\n",
 		time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), f.wf.concurrency, f.wf.poolSize, f.wf.volumeRoot,
@@ -335,7 +345,8 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 		defer os.Remove(f.readyFile)
 	}
 	<-ctx.Done()
-	fmt.Fprintln(g.stderr, "paddock: stopping: scheduler, then draining the worker")
+	fmt.Fprintln(g.stderr, "paddock: stopping: the gateway, the scheduler, then draining the worker")
+	stopGateway()
 	stop()
 	return nil
 }

@@ -43,7 +43,7 @@ keys; see docs/operations.md for the nsc equivalent).`,
 		}
 		return g.authDir()
 	}
-	cmd.AddCommand(tenantAddCmd(g, dir), tenantSetCmd(g), tenantLsCmd(g), tenantRmCmd(g, dir))
+	cmd.AddCommand(tenantAddCmd(g, dir), tenantSetCmd(g), tenantLsCmd(g), tenantRmCmd(g, dir), tenantTokenCmd(g))
 	return cmd
 }
 
@@ -211,10 +211,20 @@ func tenantRmCmd(g *globals, authDir func() string) *cobra.Command {
 // system account, so it takes effect at once) and deletes its record. Its
 // stream, with any backlog, is kept for the operator to inspect or purge.
 func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
-	return withAdmin(ctx, g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
+	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
 		t, err := reg.Get(ctx, name)
 		if err != nil {
 			return err
+		}
+		// The gateway refuses a removed tenant's tokens anyway (Verify
+		// checks the record); deleting them leaves nothing to reuse if the
+		// name is added again.
+		ts, err := tenant.NewTokens(ctx, js, reg)
+		if err != nil {
+			return err
+		}
+		if _, err := ts.RevokeTenant(ctx, name); err != nil {
+			return fmt.Errorf("revoke the tenant's gateway tokens: %w", err)
 		}
 		a, err := tenant.LoadAuthority(authDir)
 		if err != nil {
@@ -234,7 +244,7 @@ func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
 		if err := reg.Delete(ctx, name); err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stdout, "tenant %s removed; its credentials are revoked (its stream %s keeps any backlog)\n", name, job.JobsStream(name))
+		fmt.Fprintf(g.stdout, "tenant %s removed; its credentials and gateway tokens are revoked (its stream %s keeps any backlog)\n", name, job.JobsStream(name))
 		return nil
 	})
 }
@@ -320,7 +330,8 @@ func authCmd(g *globals) *cobra.Command {
 		Long: `init writes, under <data-dir>/auth (0700; every file 0600), what a fleet needs
 to run authenticated, keeping whatever exists:
   operator/account/system keys and JWTs     sign every credential (keep them offline)
-  creds/{admin,scheduler,worker,sys,dev}.creds
+  creds/{admin,scheduler,worker,gateway,sys,dev}.creds
+  gateway.nk                                the gateway's scoped signing key (acts as tenants only)
   nats-auth.conf                            include it in nats-server.conf (operator mode)
   redis.password, redis-users.acl           redis-server --aclfile redis-users.acl
 Rotation: docs/operations.md.`,
@@ -350,7 +361,7 @@ func authInit(g *globals, resolverDir string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,sys,dev}.creds, nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
+	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,gateway,sys,dev}.creds, gateway.nk, nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
 	return nil
 }
 

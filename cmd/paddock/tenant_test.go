@@ -65,6 +65,16 @@ func initBinary(t *testing.T) string {
 	return initBin
 }
 
+// gatewayAddr is the gateway address of a test's `paddock up`:
+// PADDOCK_GATEWAY_ADDR when a test sets it, else a free port (never the
+// default 8080 a developer's own stack may hold).
+func gatewayAddr(t *testing.T) string {
+	if a := os.Getenv("PADDOCK_GATEWAY_ADDR"); a != "" {
+		return a
+	}
+	return freeAddr(t)
+}
+
 func startUp(t *testing.T) *devStack {
 	t.Helper()
 	testsvc.RequireImage(t, testsvc.Docker(t), testsvc.TestImage)
@@ -75,7 +85,7 @@ func startUp(t *testing.T) *devStack {
 	go func() {
 		done <- run(ctx, []string{"up", "--data-dir", s.dir, "--nats-url", s.natsURL, "--redis-url", "redis://" + freeAddr(t),
 			"--ready-file", ready, "--concurrency", "2", "--pool-size", "1", "--init-path", initBinary(t),
-			"--images", testsvc.TestImage}, &syncBuffer{}, s.stderr)
+			"--images", testsvc.TestImage, "--gateway-addr", gatewayAddr(t)}, &syncBuffer{}, s.stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()

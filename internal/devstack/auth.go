@@ -21,7 +21,9 @@ const DevTenant = "dev"
 // <data dir>/auth (0700, every file 0600):
 //
 //	operator.nk operator.jwt sys.nk sys.jwt account.nk account.jwt   the Authority
+//	gateway.nk                                                       the gateway's scoped signing key (tenant.Minter)
 //	creds/admin.creds creds/scheduler.creds creds/worker.creds       service users
+//	creds/gateway.creds                                              the gateway's service user (tenant.RoleGateway)
 //	creds/sys.creds                                                  system-account user (PushAccount)
 //	creds/dev.creds                                                  the first tenant, dev
 //	redis.password                                                   the Redis password of DefaultRedisUser
@@ -32,8 +34,21 @@ type Auth struct {
 	Authority *tenant.Authority
 	// Created is true when this call created the authority.
 	Created bool
+	// AccountChanged is true when this call re-signed the account JWT of an
+	// existing authority (one saved before the gateway key existed got it:
+	// tenant.Authority.EnsureGatewayKey). A NATS server started after this
+	// call preloads the new JWT (NATSConfig.Auth); one already running must
+	// get it with Authority.PushAccount over SysCreds, or it refuses the
+	// users the gateway key signs.
+	AccountChanged bool
 	// Paths of the credentials files.
 	AdminCreds, SchedulerCreds, WorkerCreds, SysCreds string
+	// GatewayCreds is the gateway's service user (tenant.RoleGateway);
+	// connect it with tenant.GatewayInboxPrefix.
+	GatewayCreds string
+	// GatewayKey is the seed file of the gateway's signing key
+	// (tenant.LoadMinter, with Authority.AccountKey).
+	GatewayKey string
 	// DevCreds is the path of the dev tenant's credentials, issued with a
 	// new authority only (so that a removed dev tenant stays removed); empty
 	// when the file does not exist.
@@ -47,23 +62,31 @@ type Auth struct {
 }
 
 // LoadOrCreateAuth loads the Auth kept in dataDir/auth, creating what is
-// missing: the authority (tenant.LoadOrCreateAuthority), a service's
-// credentials file that is missing, revoked or not of this authority, and
-// the Redis password. It refuses a seed, credentials or password file that
-// others may read (chmod 600 it).
+// missing: the authority (tenant.LoadOrCreateAuthority) and its gateway
+// key (see AccountChanged), a service's credentials file that is missing,
+// revoked or not of this authority, and the Redis password. It refuses a
+// seed, credentials or password file that others may read (chmod 600 it).
 func LoadOrCreateAuth(dataDir string) (*Auth, error) {
 	dir := filepath.Join(dataDir, "auth")
 	a, created, err := tenant.LoadOrCreateAuthority(dir)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
+	changed, err := a.EnsureGatewayKey()
+	if err == nil && changed {
+		err = a.Save(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("devstack: gateway key: %w", err)
+	}
 	creds := filepath.Join(dir, "creds")
-	au := &Auth{Dir: dir, Authority: a, Created: created, RedisUser: DefaultRedisUser,
+	au := &Auth{Dir: dir, Authority: a, Created: created, AccountChanged: changed && !created, RedisUser: DefaultRedisUser,
 		AdminCreds: filepath.Join(creds, "admin.creds"), SchedulerCreds: filepath.Join(creds, "scheduler.creds"),
 		WorkerCreds: filepath.Join(creds, "worker.creds"), SysCreds: filepath.Join(creds, "sys.creds"),
+		GatewayCreds: filepath.Join(creds, "gateway.creds"), GatewayKey: filepath.Join(dir, tenant.GatewayKeyFile),
 		RedisPasswordFile: filepath.Join(dir, "redis.password")}
-	for path, role := range map[string]tenant.Role{au.AdminCreds: tenant.RoleAdmin,
-		au.SchedulerCreds: tenant.RoleScheduler, au.WorkerCreds: tenant.RoleWorker} {
+	for path, role := range map[string]tenant.Role{au.AdminCreds: tenant.RoleAdmin, au.SchedulerCreds: tenant.RoleScheduler,
+		au.WorkerCreds: tenant.RoleWorker, au.GatewayCreds: tenant.RoleGateway} {
 		issue := func() ([]byte, string, error) { return a.IssueUser(role, "", "") }
 		if _, err := ensureCreds(a, path, a.AccountKey(), issue); err != nil {
 			return nil, err

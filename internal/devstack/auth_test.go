@@ -38,7 +38,7 @@ func assertPrivate(t *testing.T, dir string) {
 		n++
 		return nil
 	}))
-	assert.Equal(t, 1+6+1+5+1, n, "auth, the authority, creds/ and its 5 files, redis.password")
+	assert.Equal(t, 1+7+1+6+1, n, "auth, the authority and its gateway key, creds/ and its 6 files, redis.password")
 }
 
 func TestLoadOrCreateAuth(t *testing.T) {
@@ -54,8 +54,11 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	name, err := tenant.TenantOfCredsFile(a.DevCreds)
 	require.NoError(t, err)
 	assert.Equal(t, devstack.DevTenant, name)
+	assert.False(t, a.AccountChanged, "a new authority: no server knows an older account JWT")
+	assert.Equal(t, filepath.Join(a.Dir, "gateway.nk"), a.GatewayKey)
+	assert.Equal(t, filepath.Join(a.Dir, "creds", "gateway.creds"), a.GatewayCreds)
 	for path, role := range map[string]tenant.Role{a.AdminCreds: tenant.RoleAdmin, a.SchedulerCreds: tenant.RoleScheduler,
-		a.WorkerCreds: tenant.RoleWorker} {
+		a.WorkerCreds: tenant.RoleWorker, a.GatewayCreds: tenant.RoleGateway} {
 		u := userOf(t, path)
 		assert.Equal(t, role, u.Role, path)
 		assert.Equal(t, a.Authority.AccountKey(), u.Account, path)
@@ -66,6 +69,7 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	b, err := devstack.LoadOrCreateAuth(data)
 	require.NoError(t, err)
 	assert.False(t, b.Created)
+	assert.False(t, b.AccountChanged)
 	assert.Equal(t, before, readAll(t, b.Dir), "a second start reuses everything")
 	assert.Equal(t, a.RedisPassword, b.RedisPassword)
 	assert.Equal(t, a.DevUser, b.DevUser)
@@ -83,6 +87,53 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	_, err = devstack.LoadOrCreateAuth(data)
 	require.ErrorIs(t, err, tenant.ErrInsecureFile)
 	assert.Contains(t, err.Error(), "chmod 600 "+a.RedisPasswordFile)
+}
+
+// A data dir made before the gateway key gets it, and its account JWT
+// changes: a server already running refuses the gateway's users until the
+// new JWT is pushed to it.
+func TestLoadOrCreateAuthAddsTheGatewayKey(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	old, err := tenant.NewAuthority() // what an older paddock saved
+	require.NoError(t, err)
+	require.NoError(t, old.Save(filepath.Join(data, "auth")))
+	addr := devstack.Addr{Host: "127.0.0.1", Port: freePort(t)}
+	ns, err := devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: filepath.Join(data, "nats"), Auth: old})
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	url := "nats://" + addr.String()
+
+	a, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	assert.False(t, a.Created)
+	require.True(t, a.AccountChanged, "the account JWT now names the gateway key")
+	for _, f := range []string{a.GatewayKey, a.GatewayCreds} {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+	}
+	assert.Equal(t, old.AccountKey(), a.Authority.AccountKey(), "the same account")
+	m, err := tenant.LoadMinter(userOf(t, a.GatewayCreds).Account, a.GatewayKey, tenant.MinterConfig{})
+	require.NoError(t, err, "the gateway finds the account in its own creds")
+	_, err = nats.Connect(url, m.Option(devstack.DevTenant), nats.NoReconnect())
+	require.ErrorIs(t, err, nats.ErrAuthorization, "the running server does not know the key yet")
+
+	sys, err := nats.Connect(url, nats.UserCredentials(a.SysCreds))
+	require.NoError(t, err)
+	defer sys.Close()
+	require.NoError(t, a.Authority.PushAccount(context.Background(), sys))
+	dev, err := nats.Connect(url, m.Option(devstack.DevTenant), nats.NoReconnect())
+	require.NoError(t, err, "after the push the gateway acts as dev")
+	dev.Close()
+	gw, err := nats.Connect(url, nats.UserCredentials(a.GatewayCreds), nats.CustomInboxPrefix(tenant.GatewayInboxPrefix))
+	require.NoError(t, err)
+	gw.Close()
+
+	b, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	assert.False(t, b.AccountChanged, "once added, the key stays")
+	assert.Equal(t, a.Authority.AccountJWT(), b.Authority.AccountJWT())
 }
 
 func userOf(t *testing.T, path string) tenant.User {

@@ -106,6 +106,13 @@ type Request struct {
 	RateBytes int64 `json:"rate_bytes,omitempty"`
 	// Stdin is the command's standard input (else /dev/null).
 	Stdin []byte `json:"stdin,omitempty"`
+	// Spill, when set, names the files (one path element, "<job id>")
+	// init writes the command's complete stdout and stderr to, as it reads
+	// them: <workspace>/.paddock/out/<Spill>.stdout and .stderr, created
+	// or emptied. SpillMax, when > 0, bounds each file; the bytes past it
+	// are not written.
+	Spill    string `json:"spill,omitempty"`
+	SpillMax int64  `json:"spill_max,omitempty"`
 }
 
 // Put asks init to write a file of Size bytes, sent next as TypeData
@@ -191,6 +198,12 @@ type Exit struct {
 	// Leftover counts processes still alive after the command's main
 	// process ended (background and setsid children) that init killed.
 	Leftover int `json:"leftover,omitempty"`
+	// SpillBytes are the bytes written to the spill files (stdout,
+	// stderr); SpillErr says why a file holds less than its stream, or
+	// could not be made (the cap, the fsize limit, a full disk, a path
+	// the box had planted something at).
+	SpillBytes [2]int64  `json:"spill_bytes,omitzero"`
+	SpillErr   [2]string `json:"spill_err,omitzero"`
 }
 
 // Facts are what init observes about its own sandbox, for the worker's

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/gateway"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/tenant"
+)
+
+// gatewayFlags are the flags of `paddock gateway` (and of `paddock up`,
+// which runs one).
+type gatewayFlags struct {
+	addr, signingKey, heal    string
+	rate                      float64
+	burst, maxStreams, answer int
+	maxBody, sessionMaxBytes  int64
+	sessionIdle, mintTTL      time.Duration
+}
+
+func (f *gatewayFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.addr, "gateway-addr", "127.0.0.1:8080", "listen address of the gateway (HTTP API /v1, MCP /mcp); off: no gateway")
+	fs.StringVar(&f.signingKey, "gateway-signing-key", "", "the gateway's scoped signing key (default <data-dir>/auth/gateway.nk): it acts as any tenant, with that tenant's permissions only")
+	fs.StringVar(&f.heal, "gateway-heal", "rules", "heal mode of jobs the gateway builds, and of API jobs that name none: off, rules or llm")
+	fs.Float64Var(&f.rate, "gateway-rate", 20, "requests per second of one token; more get 429 with Retry-After")
+	fs.IntVar(&f.burst, "gateway-burst", 40, "burst of one token's requests")
+	fs.IntVar(&f.maxStreams, "gateway-max-streams", 8, "event streams (SSE) one token may hold open")
+	fs.IntVar(&f.answer, "gateway-answer-chars", 10_000, "characters of output in a bash tool answer (the rest is in the spill file)")
+	fs.Int64Var(&f.maxBody, "gateway-max-body-bytes", 1<<20, "bound of a request body; larger get 413")
+	fs.Int64Var(&f.sessionMaxBytes, "gateway-session-max-bytes", 256<<20, "byte quota of a session's workspace")
+	fs.DurationVar(&f.sessionIdle, "gateway-session-idle", 30*time.Minute, "a session unused this long ends and its workspace is deleted")
+	fs.DurationVar(&f.mintTTL, "gateway-identity-ttl", time.Hour, "lifetime of the NATS users the gateway mints per tenant (renewed on reconnect)")
+}
+
+func (f *gatewayFlags) config() gateway.Config {
+	return gateway.Config{Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxBodyBytes: f.maxBody,
+		HealMode: job.HealMode(f.heal), AnswerChars: f.answer, SessionIdleTTL: f.sessionIdle, SessionMaxBytes: f.sessionMaxBytes}
+}
+
+func gatewayCmd(g *globals) *cobra.Command {
+	var f gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Serve the HTTP API (/v1), the MCP server (/mcp, one bash tool) and agent sessions to bearer-token clients",
+		Long: `gateway authenticates bearer tokens (paddock tenant token NAME) and acts as the
+token's tenant with that tenant's own NATS permissions, through users it mints with
+its scoped signing key. It keeps no state: run several behind a load balancer (an
+MCP session stays on the gateway that opened it). It needs the gateway service
+credentials (--creds, default <data-dir>/auth/creds/gateway.creds) and the signing
+key (--gateway-signing-key). docs/gateway.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			creds := g.auth.creds
+			if creds == "" {
+				creds = g.localCreds("gateway")
+			}
+			if creds == "" {
+				return errors.New("no gateway credentials: give --creds FILE (a gateway service user's), or run `paddock up` on this machine first (it writes <data-dir>/auth/creds/gateway.creds)")
+			}
+			if f.signingKey == "" {
+				f.signingKey = filepath.Join(g.authDir(), "gateway.nk")
+			}
+			stop, url, err := startGateway(cmd.Context(), g, &f, creds, g.logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			fmt.Fprintf(g.stderr, "paddock: gateway on %s (HTTP API %s/v1, MCP %s/mcp)\n", url, url, url)
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// startGateway serves a gateway on f.addr with the gateway service user's
+// creds and the signing key f.signingKey, until the function it returns is
+// called; it returns the gateway's base URL.
+func startGateway(ctx context.Context, g *globals, f *gatewayFlags, creds string, log *slog.Logger) (stop func(), url string, err error) {
+	b, err := os.ReadFile(creds)
+	if err != nil {
+		return nil, "", fmt.Errorf("--creds: %w", err)
+	}
+	u, err := tenant.UserOfCreds(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("--creds %s: %w", creds, err)
+	}
+	minter, err := tenant.LoadMinter(u.Account, f.signingKey, tenant.MinterConfig{TTL: f.mintTTL})
+	if err != nil {
+		return nil, "", fmt.Errorf("gateway signing key: %w", err)
+	}
+	nc, err := client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Name: "paddock-gateway", Creds: creds,
+		TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
+		Options: []nats.Option{nats.CustomInboxPrefix(tenant.GatewayInboxPrefix)}})
+	if err != nil {
+		return nil, "", err
+	}
+	gw, pool, err := newGateway(ctx, g, f, nc, minter, log)
+	if err != nil {
+		nc.Close()
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		pool.Close()
+		nc.Close()
+		return nil, "", fmt.Errorf("--gateway-addr %s: %w", f.addr, err)
+	}
+	srv := gateway.NewServer(f.addr, gw.Handler())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("gateway stopped serving", "err", err)
+		}
+	}()
+	// Shutdown order: stop taking requests (with a grace for those in
+	// flight) while the MCP sessions, which live in this process only, end
+	// and delete their workspaces (their event streams would hold Shutdown
+	// otherwise); then stop the session sweeper, close the tenants'
+	// connections, then the gateway's own.
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = srv.Shutdown(sctx)
+		}()
+		if err := gw.CloseSessions(sctx); err != nil {
+			log.Warn("gateway: MCP sessions not all ended; the sweeper deletes their workspaces later", "err", err)
+		}
+		<-done
+		gw.Stop()
+		pool.Close()
+		nc.Close()
+	}, "http://" + ln.Addr().String(), nil
+}
+
+// newGateway builds the gateway on the service connection nc: tokens and
+// the registry read as the gateway, sessions in their KV bucket, tenants
+// reached through users minter signs.
+func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn, minter *tenant.Minter, log *slog.Logger) (*gateway.Gateway, *gateway.Pool, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := tenant.NewRegistry(ctx, js)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenant registry: %w", err)
+	}
+	toks, err := tenant.NewTokens(ctx, js, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions, err := gateway.NewKVSessions(ctx, js)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := gateway.NewPool(func(ctx context.Context, t string) (*nats.Conn, error) {
+		return client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Name: "paddock-gateway:" + t, Tenant: t,
+			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
+			Options: []nats.Option{minter.Option(t)}})
+	}, client.Config{Logger: log})
+	cfg := f.config()
+	cfg.Auth, cfg.Clients, cfg.Sessions, cfg.Logger = tokenAuth(toks), pool, sessions, log
+	gw, err := gateway.New(cfg)
+	if err == nil {
+		err = gw.Start(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return gw, pool, nil
+}
+
+// tokenAuth authenticates bearer tokens with the token store.
+func tokenAuth(toks *tenant.Tokens) gateway.Authenticator {
+	return gateway.AuthFunc(func(ctx context.Context, bearer string) (gateway.Identity, error) {
+		t, err := toks.Verify(ctx, bearer)
+		if errors.Is(err, tenant.ErrBadToken) {
+			return gateway.Identity{}, fmt.Errorf("%w: %w", gateway.ErrUnauthorized, err)
+		}
+		if err != nil {
+			return gateway.Identity{}, err
+		}
+		return gateway.Identity{Tenant: t.Tenant, TokenID: t.ID}, nil
+	})
+}
+
+// mcpCmd is `paddock mcp`: the MCP server over stdio for a desktop agent,
+// as the CLI's tenant (its credentials, no token); one process is one
+// session, whose workspace is deleted when the process ends.
+func mcpCmd(g *globals) *cobra.Command {
+	var f gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the MCP server (one bash tool) over stdio, for a desktop agent, as your tenant",
+		Long: `mcp speaks MCP on stdin and stdout, as the tenant of your credentials (the dev
+tenant of a local 'paddock up' by default). The session's /workspace persists across
+the agent's commands and is deleted when mcp exits. Logs go to stderr.
+  (an MCP client config: command "paddock", args ["mcp"])
+docs/gateway.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			nc, tn, err := g.connectClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			c, err := client.New(nc, client.Config{Tenant: tn, Logger: g.logger})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			cfg := f.config()
+			cfg.Logger = g.logger
+			cfg.Auth = gateway.AuthFunc(func(context.Context, string) (gateway.Identity, error) {
+				return gateway.Identity{}, fmt.Errorf("%w: stdio has no tokens", gateway.ErrUnauthorized)
+			})
+			cfg.Clients = oneClient{tenant: tn, c: c}
+			cfg.Sessions = gateway.NewMemSessions()
+			gw, err := gateway.New(cfg)
+			if err != nil {
+				return err
+			}
+			return gw.ServeStdio(ctx, gateway.Identity{Tenant: tn, TokenID: "stdio"})
+		},
+	}
+	f.register(cmd.Flags())
+	for _, name := range []string{"gateway-addr", "gateway-signing-key", "gateway-rate", "gateway-burst", "gateway-max-streams", "gateway-max-body-bytes", "gateway-identity-ttl"} {
+		_ = cmd.Flags().MarkHidden(name)
+	}
+	return cmd
+}
+
+// oneClient is the Clients of `paddock mcp`: the CLI's own tenant only.
+type oneClient struct {
+	tenant string
+	c      *client.Client
+}
+
+func (o oneClient) Client(_ context.Context, t string) (*client.Client, error) {
+	if t != o.tenant {
+		return nil, fmt.Errorf("gateway: this server acts as tenant %s only", o.tenant)
+	}
+	return o.c, nil
+}
+
+// startUpGateway runs `paddock up`'s gateway, unless --gateway-addr is
+// off: it makes sure the running NATS server has the account with the
+// gateway's signing key, that the tokens bucket exists, and that the dev
+// tenant has a token in <data-dir>/auth/dev.token (0600), then serves.
+func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logger) (stop func(), err error) {
+	if f.gf.addr == "off" {
+		return func() {}, nil
+	}
+	if f.auth.AccountChanged {
+		if err := pushAccount(ctx, g, f.auth.Authority, f.auth.Dir); err != nil {
+			return nil, fmt.Errorf("push the account with the gateway key: %w", err)
+		}
+	}
+	tokenFile := filepath.Join(f.auth.Dir, "dev.token")
+	if err := ensureDevToken(ctx, g, f.auth.AdminCreds, tokenFile); err != nil {
+		return nil, err
+	}
+	if f.gf.signingKey == "" {
+		f.gf.signingKey = f.auth.GatewayKey
+	}
+	stop, url, err := startGateway(ctx, g, &f.gf, f.auth.GatewayCreds, log)
+	if err != nil {
+		return nil, err
+	}
+	f.gatewayURL = url
+	if fileExists(tokenFile) {
+		fmt.Fprintf(g.stderr, "paddock: gateway on %s — HTTP API %s/v1, MCP %s/mcp; dev's bearer token is in %s\n", url, url, url, tokenFile)
+	} else {
+		fmt.Fprintf(g.stderr, "paddock: gateway on %s — HTTP API %s/v1, MCP %s/mcp; get a token with: paddock tenant token NAME\n", url, url, url)
+	}
+	return stop, nil
+}
+
+// ensureDevToken keeps a working bearer token of the dev tenant in path:
+// it issues one (as the admin) when the file is missing or its token no
+// longer verifies. Without a dev tenant (removed) it does nothing.
+func ensureDevToken(ctx context.Context, g *globals, adminCreds, path string) error {
+	nc, err := g.connectAs(ctx, "paddock-up-admin", adminCreds, "")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	reg, err := tenant.NewRegistry(ctx, js)
+	if err != nil {
+		return err
+	}
+	toks, err := tenant.NewTokens(ctx, js, reg) // creates the bucket the gateway reads
+	if err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if _, err := toks.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
+			return nil
+		} else if !errors.Is(err, tenant.ErrBadToken) {
+			return err
+		}
+	}
+	if _, err := reg.Get(ctx, "dev"); errors.Is(err, tenant.ErrNotFound) {
+		_ = os.Remove(path)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	secret, _, err := toks.Issue(ctx, "dev", "paddock up")
+	if err != nil {
+		return err
+	}
+	return tenant.WriteCreds(path, []byte(secret+"\n"))
+}

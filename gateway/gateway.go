@@ -1,0 +1,174 @@
+// Package gateway serves Paddock to agents and to plain HTTP clients: an
+// HTTP API under /v1 (http.go, documented by openapi.json), an MCP server
+// with exactly one tool, bash (mcp.go), and agent sessions whose workspace
+// persists across commands (session.go).
+//
+// The gateway is a NATS client like any pipeline: it authenticates a bearer
+// token, then acts through that tenant's own NATS identity (Clients), so
+// the NATS server's permissions still decide what a request may touch. It
+// keeps no state of its own: jobs and results live in NATS and Redis,
+// sessions in a NATS KV bucket, so several gateways may run behind a load
+// balancer (MCP's streamable HTTP sessions excepted: see docs/gateway.md).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/job"
+)
+
+var (
+	// ErrUnauthorized is wrapped by an Authenticator's error for a missing,
+	// unknown or revoked token (HTTP 401).
+	ErrUnauthorized = errors.New("gateway: unauthorized")
+	// ErrInvalidConfig is wrapped by New's errors.
+	ErrInvalidConfig = errors.New("gateway: invalid config")
+)
+
+// Identity is who a request comes from.
+type Identity struct {
+	// Tenant is the tenant the bearer token belongs to.
+	Tenant string
+	// TokenID names the token (never its secret): rate limits and logs are
+	// per token.
+	TokenID string
+}
+
+// Authenticator maps a bearer token to its Identity. An unknown, malformed
+// or revoked token is an error wrapping ErrUnauthorized; any other error is
+// a failure of the token store (HTTP 503).
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer string) (Identity, error)
+}
+
+// AuthFunc is an Authenticator.
+type AuthFunc func(ctx context.Context, bearer string) (Identity, error)
+
+// Authenticate calls f.
+func (f AuthFunc) Authenticate(ctx context.Context, bearer string) (Identity, error) {
+	return f(ctx, bearer)
+}
+
+// Clients gives the client of a tenant, connected with that tenant's own
+// NATS identity (Pool is the implementation the binary uses).
+type Clients interface {
+	Client(ctx context.Context, tenant string) (*client.Client, error)
+}
+
+// Config configures a Gateway. Auth, Clients and Sessions are required; a
+// zero field of the rest takes its default, filled in withDefaults.
+type Config struct {
+	Auth     Authenticator
+	Clients  Clients
+	Sessions SessionStore
+
+	// Logger defaults to slog.Default(), with component=gateway.
+	Logger *slog.Logger
+
+	// Rate and Burst bound the requests per second of one token (default
+	// 20/s, burst 40); a request over it gets 429 with Retry-After.
+	Rate  float64
+	Burst int
+	// MaxStreams bounds the event streams (SSE) one token holds open at
+	// once (default 8).
+	MaxStreams int
+	// MaxBodyBytes bounds a request body (default 1 MiB; a job's inline
+	// files are at most 128 KiB decoded).
+	MaxBodyBytes int64
+	// MaxWait bounds ?wait= and a bash call's wait for its result (default
+	// 330 s: a job's 300 s plus the queue).
+	MaxWait time.Duration
+
+	// HealMode is the heal mode of jobs the gateway builds (bash calls) and
+	// of API submissions that name none (default job.HealRules).
+	HealMode job.HealMode
+	// AnswerChars caps the output in a bash tool answer (default 10,000).
+	AnswerChars int
+	// SessionIdleTTL ends a session unused for that long (default 30 min);
+	// SessionMaxBytes is the byte quota of its workspace (default 256 MiB).
+	SessionIdleTTL  time.Duration
+	SessionMaxBytes int64
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Auth == nil || c.Clients == nil || c.Sessions == nil {
+		return c, fmt.Errorf("%w: Auth, Clients and Sessions are required", ErrInvalidConfig)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("component", "gateway")
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.Burst, 40)
+	def(&c.MaxStreams, 8)
+	def(&c.AnswerChars, 10_000)
+	if c.Rate == 0 {
+		c.Rate = 20
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 330 * time.Second
+	}
+	if c.HealMode == "" {
+		c.HealMode = job.HealRules
+	}
+	if c.SessionIdleTTL == 0 {
+		c.SessionIdleTTL = 30 * time.Minute
+	}
+	if c.SessionMaxBytes == 0 {
+		c.SessionMaxBytes = 256 << 20
+	}
+	if c.Rate < 0 || c.Burst < 1 || c.MaxStreams < 1 || c.MaxBodyBytes < 1 || c.MaxWait < time.Second ||
+		c.AnswerChars < 1000 || c.SessionIdleTTL < time.Minute || c.SessionMaxBytes < 1<<20 {
+		return c, fmt.Errorf("%w: Rate, Burst, MaxStreams, MaxBodyBytes, MaxWait (≥1s), AnswerChars (≥1000), SessionIdleTTL (≥1m) and SessionMaxBytes (≥1 MiB) must be positive", ErrInvalidConfig)
+	}
+	switch c.HealMode {
+	case job.HealOff, job.HealRules, job.HealLLM:
+	default:
+		return c, fmt.Errorf("%w: heal mode %q", ErrInvalidConfig, c.HealMode)
+	}
+	return c, nil
+}
+
+// Gateway serves the HTTP API and the MCP server.
+type Gateway struct {
+	cfg  Config
+	log  *slog.Logger
+	lim  *limiters
+	sess sessions // session.go: sweeper, watched MCP sessions
+}
+
+// New returns a Gateway; it starts nothing (Handler serves, Start runs the
+// session sweeper).
+func New(cfg Config) (*Gateway, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{cfg: cfg, log: cfg.Logger, lim: newLimiters(cfg.Rate, cfg.Burst, cfg.MaxStreams)}, nil
+}
+
+// Handler serves the whole gateway: /v1/… (the HTTP API and its OpenAPI
+// document), /mcp (MCP over streamable HTTP) and /healthz.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	g.routes(mux)
+	mux.Handle("/mcp", g.mcpHTTP())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}

@@ -1,0 +1,259 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The MCP server: one tool, bash (bash.go), over streamable HTTP at /mcp
+// (stateful: each MCP session is an agent session with its own
+// workspace) or over stdio (`paddock mcp`: the process is the session).
+//
+// An MCP session lives in the memory of the gateway that created it (the
+// SDK keeps it there): behind a load balancer, route /mcp by the
+// Mcp-Session-Id header. Its workspace, though, is in the session store
+// and on the fleet's volumes: when a gateway goes away, the sweeper of any
+// other gateway ends the sessions it left once they are idle.
+
+// serverName is the name the server gives in its initialize answer.
+const serverName = "paddock"
+
+// identityKey is the TokenInfo.Extra key of a request's Identity.
+const identityKey = "paddock.identity"
+
+// endTimeout bounds the end of a session whose MCP session closed: the
+// delete job's wait and a margin.
+func (g *Gateway) endTimeout() time.Duration { return g.cfg.MaxWait + 30*time.Second }
+
+// mcpServer returns an MCP server whose bash tool runs in the session
+// refOf names for each call.
+func (g *Gateway) mcpServer(refOf func(*mcp.CallToolRequest) (SessionRef, error)) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: serverName, Title: "Paddock sandboxes"},
+		// No logging capability: the server only has its tool.
+		&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{}})
+	mcp.AddTool(srv, bashTool(), func(ctx context.Context, req *mcp.CallToolRequest, in bashInput) (*mcp.CallToolResult, any, error) {
+		ref, err := refOf(req)
+		if err != nil {
+			return g.toolError(err.Error()), nil, nil
+		}
+		return g.runBash(ctx, ref, in), nil, nil
+	})
+	return srv
+}
+
+// mcpHTTP serves MCP over streamable HTTP, stateful, with sessions closed
+// after SessionIdleTTL without a request. Every request needs a bearer
+// token (Config.Auth); the SDK refuses a session id presented with the
+// token of another tenant (403), since TokenInfo.UserID is the tenant.
+func (g *Gateway) mcpHTTP() http.Handler {
+	srv := g.mcpServer(g.httpSessionRef)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		SessionTimeout: g.cfg.SessionIdleTTL,
+		Logger:         g.log.With("part", "mcp"),
+		// Every request needs a bearer token, which a browser tricked by
+		// DNS rebinding does not have; the check would refuse a reverse
+		// proxy on localhost that forwards the public Host.
+		DisableLocalhostProtection:   true,
+		PropagateRequestCancellation: true,
+		MaxRequestBodyBytes:          g.cfg.MaxBodyBytes,
+	})
+	return auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(g.mcpLimit(namedSession(writeDeadlines(h))))
+}
+
+// mcpWriteTimeout bounds each write of an MCP response: the server has no
+// WriteTimeout (it would cut event streams), so a client that stops
+// reading is dropped here instead of holding its handler forever.
+const mcpWriteTimeout = 30 * time.Second
+
+// writeDeadlines sets a write deadline before every write and flush.
+func writeDeadlines(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w)}, r)
+	})
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(mcpWriteTimeout))
+	return d.ResponseWriter.Write(p)
+}
+
+func (d *deadlineWriter) Flush() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(mcpWriteTimeout))
+	_ = d.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+
+// namedSessionHeader carries the ?session= of an MCP request to the tool
+// handler (the SDK passes handlers the headers, not the URL); a client's
+// own header of that name is dropped.
+const namedSessionHeader = "Paddock-Session"
+
+// namedSession checks the ?session=NAME of an MCP request (the rule of
+// the HTTP API's "session") and passes it on in namedSessionHeader.
+func namedSession(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(namedSessionHeader)
+		if name := r.URL.Query().Get("session"); name != "" {
+			if err := checkAPISessionName(name); err != nil {
+				http.Error(w, "session: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Header.Set(namedSessionHeader, name)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// verifyToken is the SDK's token verifier over Config.Auth: the tenant is
+// the TokenInfo's UserID, the Identity is in its Extra.
+func (g *Gateway) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	id, err := g.cfg.Auth.Authenticate(ctx, token)
+	if errors.Is(err, ErrUnauthorized) {
+		return nil, fmt.Errorf("%w: %w", auth.ErrInvalidToken, err)
+	}
+	if err != nil {
+		g.log.Warn("mcp: the token store failed", "err", err)
+		return nil, fmt.Errorf("gateway: the token store failed (%w); retry later", err)
+	}
+	return &auth.TokenInfo{UserID: id.Tenant, Extra: map[string]any{identityKey: id}}, nil
+}
+
+// mcpLimit applies the per-token request rate (Config.Rate, Burst) to MCP
+// requests: over it, 429 with Retry-After.
+func (g *Gateway) mcpLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := identityOf(auth.TokenInfoFromContext(r.Context()))
+		if ok, after := g.lim.allow(limitKey(id), time.Now()); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(after.Seconds()+0.999)))
+			http.Error(w, "too many requests for this token; retry after the Retry-After seconds", http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func identityOf(ti *auth.TokenInfo) (Identity, bool) {
+	if ti == nil {
+		return Identity{}, false
+	}
+	id, ok := ti.Extra[identityKey].(Identity)
+	return id, ok
+}
+
+// httpSessionRef is the session of a call over streamable HTTP: its MCP
+// session, whose end (closed by the client, or idle) is watched from its
+// first call on.
+//
+// With /mcp?session=NAME the call uses the tenant's named session NAME
+// instead, the one POST /v1/jobs calls "session": its workspace outlives
+// the MCP session (a client that reconnects for every call, such as the
+// MCP Inspector CLI, stays in one workspace), and ends when idle for
+// SessionIdleTTL or with DELETE /v1/sessions/NAME.
+func (g *Gateway) httpSessionRef(req *mcp.CallToolRequest) (SessionRef, error) {
+	id, ok := identityOf(req.Extra.TokenInfo)
+	if !ok || req.Session == nil || req.Session.ID() == "" {
+		return SessionRef{}, errors.New("gateway: this call has no authenticated MCP session; reconnect")
+	}
+	if name := req.Extra.Header.Get(namedSessionHeader); name != "" {
+		return SessionRef{Tenant: id.Tenant, Kind: SessionHTTP, Name: name}, nil
+	}
+	ref := SessionRef{Tenant: id.Tenant, Kind: SessionMCP, Name: req.Session.ID()}
+	g.watch(req.Session, ref)
+	return ref, nil
+}
+
+// watch ends ref's session when ss closes, once per session.
+func (g *Gateway) watch(ss *mcp.ServerSession, ref SessionRef) {
+	g.sess.mu.Lock()
+	defer g.sess.mu.Unlock()
+	if _, ok := g.sess.watched[ref.Name]; ok {
+		return
+	}
+	if g.sess.watched == nil {
+		g.sess.watched = map[string]func(){}
+	}
+	g.sess.watched[ref.Name] = func() { _ = ss.Close() }
+	g.sess.watchers.Go(func() {
+		_ = ss.Wait()
+		g.endClosed(ref)
+		g.sess.mu.Lock()
+		delete(g.sess.watched, ref.Name)
+		g.sess.mu.Unlock()
+	})
+}
+
+// endClosed ends the session of an MCP session that closed.
+func (g *Gateway) endClosed(ref SessionRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.endTimeout())
+	defer cancel()
+	if err := g.end(ctx, ref); err != nil && !errors.Is(err, ErrNoSession) {
+		g.log.Warn("end the workspace of a closed MCP session", "tenant", ref.Tenant, "session", ref.Name, "err", err)
+	}
+}
+
+// CloseSessions closes every MCP session this gateway serves over HTTP
+// and waits until their workspaces are ended, or ctx ends. Call it at
+// shutdown, after the HTTP server stopped taking requests: an MCP session
+// cannot outlive its gateway (the SDK keeps it in memory), so its
+// workspace is garbage once the gateway is gone.
+func (g *Gateway) CloseSessions(ctx context.Context) error {
+	g.sess.mu.Lock()
+	closers := make([]func(), 0, len(g.sess.watched))
+	for _, c := range g.sess.watched {
+		closers = append(closers, c)
+	}
+	g.sess.mu.Unlock()
+	for _, c := range closers {
+		go c() // Close waits for the session's calls in progress
+	}
+	done := make(chan struct{})
+	go func() {
+		g.sess.watchers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: close MCP sessions: %w", ctx.Err())
+	}
+}
+
+// ServeStdio serves MCP over stdin and stdout as id (`paddock mcp`) until
+// the client disconnects or ctx ends; the whole process is one session,
+// whose workspace is ended before ServeStdio returns.
+func (g *Gateway) ServeStdio(ctx context.Context, id Identity) error {
+	return g.serveMCP(ctx, id, &mcp.StdioTransport{})
+}
+
+// serveMCP serves one session of id over t, then ends its workspace.
+func (g *Gateway) serveMCP(ctx context.Context, id Identity, t mcp.Transport) error {
+	ref := SessionRef{Tenant: id.Tenant, Kind: SessionMCP, Name: "stdio-" + strings.ToLower(rand.Text())}
+	srv := g.mcpServer(func(*mcp.CallToolRequest) (SessionRef, error) { return ref, nil })
+	err := srv.Run(ctx, t)
+	if errors.Is(err, context.Canceled) {
+		err = nil // asked to stop
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.endTimeout())
+	defer cancel()
+	if eerr := g.end(ectx, ref); eerr != nil && !errors.Is(eerr, ErrNoSession) {
+		err = errors.Join(err, eerr)
+	}
+	return err
+}

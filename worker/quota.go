@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// errVolumeQuota is the cancel cause when a job's volume grows past its
+// max_bytes.
+var errVolumeQuota = errors.New("worker: volume over its quota")
+
+// maxVolumeEntries bounds the entries a volume measurement visits: a
+// volume with more is over any quota (a million empty files exhaust
+// inodes as surely as bytes exhaust blocks).
+const maxVolumeEntries = 200_000
+
+// errUnmeasurable is wrapped when the volume cannot be measured whole: a
+// volume the walk cannot see all of counts as over any quota (else a job
+// would hide bytes from it).
+var errUnmeasurable = errors.New("worker: volume cannot be measured")
+
+// errTooManyEntries: the volume holds more than maxVolumeEntries entries.
+var errTooManyEntries = fmt.Errorf("%w: more than %d files and directories", errUnmeasurable, maxVolumeEntries)
+
+// volumeUsage returns the bytes the files under dir occupy on disk (their
+// blocks: a sparse file counts what it really uses), walking the tree the
+// job's processes wrote. The walk is relative to directory descriptors,
+// opened with O_NOFOLLOW, and never follows a symlink: a box that swaps a
+// directory for a link to / while it is measured only makes the open fail.
+func volumeUsage(dir string) (int64, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	u := &usage{}
+	err = u.walk(fd, 0)
+	return u.bytes, err
+}
+
+type usage struct {
+	bytes   int64
+	entries int
+}
+
+// walk adds the entries of the directory fd (which it closes) to u.
+func (u *usage) walk(fd, depth int) error {
+	f := os.NewFile(uintptr(fd), "dir")
+	defer f.Close()
+	if depth > 256 {
+		return fmt.Errorf("%w: directories nested more than 256 deep", errUnmeasurable)
+	}
+	for {
+		names, err := f.Readdirnames(1024)
+		for _, name := range names {
+			if err := u.entry(fd, name, depth); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return nil // io.EOF, or a directory removed while read
+		}
+	}
+}
+
+func (u *usage) entry(dirfd int, name string, depth int) error {
+	if u.entries++; u.entries > maxVolumeEntries {
+		return errTooManyEntries
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil // removed meanwhile
+	}
+	u.bytes += st.Blocks * 512
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR:
+		return nil // removed, or swapped for something else, meanwhile
+	case err != nil:
+		// A directory the walk cannot enter (chmod 000) would hide what it
+		// holds: it counts as over quota.
+		return fmt.Errorf("%w: a directory cannot be measured: %w", errUnmeasurable, err)
+	}
+	return u.walk(sub, depth+1)
+}
+
+// watchQuota returns a context canceled with errVolumeQuota when the
+// volume at dir holds more than limit bytes (or too many entries), looked
+// at every interval; stop(nil) ends the watch and waits for it.
+func watchQuota(ctx context.Context, dir string, limit int64, interval time.Duration) (_ context.Context, stop context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n, err := volumeUsage(dir); n > limit || errors.Is(err, errUnmeasurable) {
+				cancel(errVolumeQuota)
+				return
+			}
+		}
+	}()
+	return ctx, func(cause error) {
+		cancel(cause)
+		<-done
+	}
+}
+
+// volumeRun is what a job's volume needs when the job ends.
+type volumeRun struct {
+	dir      string
+	maxBytes int64 // the job's volume.max_bytes (0: none)
+	limit    int64 // what the watch kills at: max(maxBytes, the size at start)
+	delete   bool
+}
+
+// settleVolume runs just before the job's result is recorded: a volume
+// asked to be deleted is deleted, once the job's container is gone (the
+// lock is still held), and a volume with a quota is measured for the
+// result. A deletion that fails is said in the result's message.
+func (w *Worker) settleVolume(ctx context.Context, r *jobRun, reason job.Reason) {
+	v := r.vol
+	if v == nil {
+		return
+	}
+	if v.delete && reason == job.ReasonLeaseLost {
+		// Another worker may hold the volume now: its data is not ours to delete.
+		r.res.Error = joinMsg(r.res.Error, "the volume was not deleted: its lease was lost, so another job may be using it; submit the delete again")
+	} else if v.delete {
+		if r.sess != nil {
+			dctx, cancel := detached(ctx)
+			err := r.sess.Destroy(dctx)
+			cancel()
+			if err != nil {
+				r.log.ErrorContext(ctx, "volume not deleted: its container may still run", "err", err)
+				r.res.Error = joinMsg(r.res.Error, "the volume was not deleted: its container could not be confirmed gone; the next delete retries")
+				return
+			}
+		}
+		if err := os.RemoveAll(v.dir); err != nil {
+			r.log.ErrorContext(ctx, "volume not deleted", "dir", v.dir, "err", err)
+			r.res.Error = joinMsg(r.res.Error, "the volume was not completely deleted ("+err.Error()+"); submit the delete again")
+		}
+	}
+	if v.maxBytes > 0 || v.delete {
+		n, err := volumeUsage(v.dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOENT) {
+			r.log.WarnContext(ctx, "volume not measured", "err", err)
+		}
+		r.res.VolumeBytes = n
+	}
+}
+
+func joinMsg(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

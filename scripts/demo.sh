@@ -63,7 +63,7 @@ echo
 echo "demo: an agent through the gateway's HTTP API (bearer token; two calls share the session's /workspace):"
 gw=$(sed -n 's|^paddock: gateway on \(http://[^ ]*\) .*|\1|p' "$log" | head -n 1)
 token=$(cat "$data/auth/dev.token")
-api() { curl -sS --fail-with-body -H "Authorization: Bearer $token" "$@"; }
+api() { curl -sS --fail-with-body -H "Authorization: Bearer $token" -H "Content-Type: application/json" "$@"; }
 if [[ -n "$gw" ]] &&
 	api "$gw/v1/jobs?wait=30s" -d '{"session":"demo","command":"seq 100000 > /workspace/n.txt; wc -l < /workspace/n.txt"}' >"$data/gw1.json" &&
 	api "$gw/v1/jobs?wait=30s" -d '{"session":"demo","command":"sed -n 4242p /workspace/n.txt"}' >"$data/gw2.json"; then

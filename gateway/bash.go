@@ -67,7 +67,13 @@ func (g *Gateway) runBash(ctx context.Context, ref SessionRef, in bashInput) *mc
 	}
 	spec := g.bashSpec(s, in)
 	if _, err := c.Submit(ctx, spec); err != nil {
-		return g.toolError("the command was not submitted: " + err.Error())
+		var ve *job.ValidationError
+		if errors.As(err, &ve) {
+			return g.toolError("rejected before it ran: " + ve.Error())
+		}
+		// The publish may have reached JetStream (a lost ack): cancel the
+		// id, so that the job never runs against the workspace unseen.
+		return g.abandon(ctx, c, spec.ID, "it may not have been submitted ("+err.Error()+")")
 	}
 	log := g.log.With("tenant", ref.Tenant, "session", ref.Name, "job", spec.ID)
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.MaxWait)

@@ -134,6 +134,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.AnswerChars < 1000 || c.SessionIdleTTL < time.Minute || c.SessionMaxBytes < 1<<20 {
 		return c, fmt.Errorf("%w: Rate, Burst, MaxStreams, MaxBodyBytes, MaxWait (≥1s), AnswerChars (≥1000), SessionIdleTTL (≥1m) and SessionMaxBytes (≥1 MiB) must be positive", ErrInvalidConfig)
 	}
+	if c.SessionIdleTTL <= c.MaxWait {
+		// Else the sweeper could end a session while its command still runs.
+		return c, fmt.Errorf("%w: SessionIdleTTL (%s) must be longer than MaxWait (%s), the longest a command may take", ErrInvalidConfig, c.SessionIdleTTL, c.MaxWait)
+	}
 	switch c.HealMode {
 	case job.HealOff, job.HealRules, job.HealLLM:
 	default:

@@ -355,6 +355,11 @@ func (g *Gateway) readSubmission(w http.ResponseWriter, r *http.Request, id Iden
 				Message: "a job of a session runs in the session's workspace: leave volume out, or leave session out"})
 		}
 	}
+	if spec.Volume != nil && strings.HasPrefix(spec.Volume.Name, sessionVolumePrefix) {
+		// A session's workspace is mounted only with the session's quota.
+		fields = append(fields, job.FieldError{Field: "volume.name",
+			Message: fmt.Sprintf("%q is a session's workspace: use \"session\" instead of naming its volume", truncate(spec.Volume.Name, 40))})
+	}
 	if len(fields) > 0 {
 		return job.Spec{}, "", invalidFields("the submission is invalid", fields)
 	}
@@ -659,7 +664,12 @@ func (g *Gateway) deleteSession(w http.ResponseWriter, r *http.Request, id Ident
 	if err := checkAPISessionName(name); err != nil {
 		return invalidFields("the path is invalid", []job.FieldError{{Field: "name", Message: err.Error()}})
 	}
-	if err := g.endSession(r.Context(), id, name); err != nil {
+	// Detached from the request: a client or proxy that gives up must not
+	// leave the session claimed half way (its name would answer 409 until
+	// the claim goes stale).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.endTimeout())
+	defer cancel()
+	if err := g.endSession(ctx, id, name); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

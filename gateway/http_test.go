@@ -196,6 +196,7 @@ func TestAPISubmitRefused(t *testing.T) {
 		{name: "wrong type", body: `{"command":"echo hi","limits":{"memory_mb":"big"}}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"limits.memory_mb"}},
 		{name: "another tenant", body: `{"command":"echo hi","tenant":"other"}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"tenant"}},
 		{name: "session and volume", body: `{"session":"s1","command":"echo hi","volume":{"name":"v"}}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"volume"}},
+		{name: "a session's volume by name", body: `{"command":"echo hi","volume":{"name":"sess-h-work"}}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"volume.name"}},
 		{name: "bad session name", body: `{"command":"echo hi","session":"Not_Valid"}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"session"}},
 		{name: "session not a string", body: `{"command":"echo hi","session":7}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"session"}},
 		{name: "session twice", body: `{"session":"a","command":"echo hi","session":"b"}`, status: http.StatusBadRequest, code: codeInvalidRequest, fields: []string{"session"}},

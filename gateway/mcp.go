@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/paddockhq/paddock/job"
 )
 
 // The MCP server: one tool, bash (bash.go), over streamable HTTP at /mcp
@@ -130,6 +132,12 @@ func (g *Gateway) verifyToken(ctx context.Context, token string, _ *http.Request
 	if err != nil {
 		g.log.Warn("mcp: the token store failed", "err", err)
 		return nil, fmt.Errorf("gateway: the token store failed (%w); retry later", err)
+	}
+	if err := job.CheckTenant(id.Tenant); err != nil {
+		// An empty UserID would turn off the SDK's check that a session
+		// stays with the tenant that opened it.
+		g.log.Error("mcp: the authenticator returned no valid tenant", "err", err)
+		return nil, fmt.Errorf("gateway: the token maps to no valid tenant (%w)", err)
 	}
 	return &auth.TokenInfo{UserID: id.Tenant, Extra: map[string]any{identityKey: id}}, nil
 }

@@ -54,6 +54,11 @@ func (p *Pool) Client(ctx context.Context, tenant string) (*client.Client, error
 		return nil, fmt.Errorf("gateway: the client pool is closed")
 	}
 	e, ok := p.tenants[tenant]
+	if ok && e.dialed() && e.nc != nil && e.nc.IsClosed() {
+		// nats.go gives up on a connection after repeated auth errors
+		// (a server without the gateway key's account yet): dial again.
+		ok = false
+	}
 	if !ok {
 		e = &poolEntry{ready: make(chan struct{})}
 		p.tenants[tenant] = e
@@ -66,6 +71,16 @@ func (p *Pool) Client(ctx context.Context, tenant string) (*client.Client, error
 		return nil, ctx.Err()
 	}
 	return e.c, e.err
+}
+
+// dialed reports whether e's dial ended (its fields are then set).
+func (e *poolEntry) dialed() bool {
+	select {
+	case <-e.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // connect dials tenant for e, detached from the request that asked first

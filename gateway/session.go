@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/startstop"
 	"github.com/paddockhq/paddock/job"
 )
@@ -126,6 +125,10 @@ func literalName(name string) bool {
 }
 
 func alnum(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' }
+
+// sessionVolumePrefix starts the volume name of every session; the HTTP
+// API refuses a spec that names such a volume itself.
+const sessionVolumePrefix = "sess-"
 
 // SessionVolume is the volume name of a session: "sess-h-<name>" for an
 // HTTP session, "sess-m-<id>" for an MCP session; a name a volume name
@@ -592,7 +595,7 @@ func (e *WorkspaceError) Unwrap() error { return e.Err }
 // deleteWorkspace runs the job that deletes s's workspace, as s's tenant,
 // and waits for it.
 func (g *Gateway) deleteWorkspace(ctx context.Context, s Session) error {
-	spec := job.Spec{ID: client.NewID(), Command: "true", Heal: &job.HealPolicy{Mode: job.HealOff},
+	spec := job.Spec{ID: deleteJobID(s), Command: "true", Heal: &job.HealPolicy{Mode: job.HealOff},
 		Volume: &job.Volume{Name: s.Volume, Mode: job.VolumeRW, Delete: true},
 		Labels: map[string]string{LabelSession: s.Name, LabelSessionEnd: "true"}}
 	werr := &WorkspaceError{Tenant: s.Tenant, Session: s.Name, Volume: s.Volume, Job: spec.ID}
@@ -612,11 +615,33 @@ func (g *Gateway) deleteWorkspace(ctx context.Context, s Session) error {
 		werr.Err = err
 		return werr
 	}
+	if r.Reason == job.ReasonRejected && hasField(r.Errors, "volume") {
+		return nil // a fleet without volumes: there is no workspace to delete
+	}
 	if r.Reason != job.ReasonOK {
 		werr.Reason, werr.Message = r.Reason, r.Error
 		return werr
 	}
 	return nil
+}
+
+// deleteJobID names the delete job of one claim of s: a retry within the
+// claim submits the same id, which the fleet runs once (so retries do not
+// pile delete jobs into the tenant's queue), and a new claim, after a stale
+// one, runs a new job.
+func deleteJobID(s Session) string {
+	h := sha256.Sum256([]byte(s.Tenant + "\x00" + s.Volume + "\x00" + s.CreatedAt.UTC().Format(time.RFC3339Nano) + "\x00" + s.EndingAt.UTC().Format(time.RFC3339Nano)))
+	return "sess-end-" + hex.EncodeToString(h[:16])
+}
+
+// hasField reports whether errs name field or a field under it.
+func hasField(errs []job.FieldError, field string) bool {
+	for _, e := range errs {
+		if e.Field == field || strings.HasPrefix(e.Field, field+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // LabelSessionEnd marks the job that deletes a session's workspace.

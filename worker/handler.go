@@ -212,7 +212,13 @@ func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (he
 	defer cancel()
 	ex := &sessionExec{sess: sess, dir: r.spec.Workdir, outputBytes: eff.OutputBytes, io: r.io, ctx: ctx}
 	if r.spec.Output != nil && r.spec.Output.Spill && r.vol != nil {
-		ex.spill, ex.spillMax, ex.res = r.res.ID, r.vol.limit, &r.res
+		// The spill may take the room the quota leaves, not more.
+		ex.spill, ex.res = r.res.ID, &r.res
+		if r.vol.maxBytes > 0 {
+			if ex.spillMax = r.vol.limit - r.vol.start; ex.spillMax <= 0 {
+				ex.spillMax = -1 // no room: nothing is spilled
+			}
+		}
 	}
 	return w.cfg.Healer.Run(hctx, ex,
 		r.spec, policy, eff.CommandTimeout)

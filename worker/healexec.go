@@ -37,12 +37,20 @@ func (e *sessionExec) Exec(ctx context.Context, c healer.Command) (healer.Outcom
 	cmd := sandbox.Command{Script: c.Script, Env: c.Env, Dir: e.dir, Timeout: c.Timeout, OutputBytes: e.outputBytes}
 	if e.spill != "" && !c.Install {
 		cmd.Spill, cmd.SpillMax = e.spill, e.spillMax
+		if e.spillMax < 0 {
+			cmd.Spill = "" // the workspace is at its quota: nothing to spill into
+		}
 	}
 	ended := e.io.command(e.ctx, &cmd, c)
 	o, err := e.sess.Run(ctx, cmd)
 	ended()
-	if cmd.Spill != "" {
+	switch {
+	case cmd.Spill != "":
 		e.res.Spilled = spilled(e.spill, o)
+	case e.spill != "" && !c.Install:
+		e.res.Spilled = spilled(e.spill, o)
+		e.res.Spilled.Stdout.Error = "not spilled: the workspace is at its quota"
+		e.res.Spilled.Stderr.Error = e.res.Spilled.Stdout.Error
 	}
 	return healer.Outcome{
 		ExitCode: o.ExitCode, Reason: job.Reason(o.Reason),

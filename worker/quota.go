@@ -125,45 +125,72 @@ func watchQuota(ctx context.Context, dir string, limit int64, interval time.Dura
 type volumeRun struct {
 	dir      string
 	maxBytes int64 // the job's volume.max_bytes (0: none)
-	limit    int64 // what the watch kills at: max(maxBytes, the size at start)
+	start    int64 // its size when the job started
+	limit    int64 // what the watch kills at: max(maxBytes, start)
 	delete   bool
 }
 
-// settleVolume runs just before the job's result is recorded: a volume
-// asked to be deleted is deleted, once the job's container is gone (the
-// lock is still held), and a volume with a quota is measured for the
-// result. A deletion that fails is said in the result's message.
-func (w *Worker) settleVolume(ctx context.Context, r *jobRun, reason job.Reason) {
+// settleVolume runs just before the job's result is recorded, and
+// returns the reason to record: a volume asked to be deleted is deleted,
+// once the job's container is gone (the lock is still held), and a volume
+// with a quota is measured for the result. A deletion that fails makes the
+// job infra (the caller retries it); a volume left over its quota by a job
+// that ended between two looks makes it fsize (the files stay, but the
+// next job starts over quota and may only shrink the volume).
+func (w *Worker) settleVolume(ctx context.Context, r *jobRun, reason job.Reason) job.Reason {
 	v := r.vol
 	if v == nil {
-		return
+		return reason
 	}
-	if v.delete && reason == job.ReasonLeaseLost {
-		// Another worker may hold the volume now: its data is not ours to delete.
+	if v.delete {
+		return w.deleteVolume(ctx, r, reason)
+	}
+	if v.maxBytes == 0 {
+		return reason
+	}
+	n, err := volumeUsage(v.dir)
+	r.res.VolumeBytes = n
+	over := n > v.limit || errors.Is(err, errUnmeasurable)
+	if over && (reason == job.ReasonOK || reason == job.ReasonExitNonzero) {
+		markLast(&r.res, job.ReasonFsize)
+		r.res.Error = joinMsg(r.res.Error, fmt.Sprintf("the job left the workspace over its quota of %d bytes (%d used); remove files from /workspace (the next job may only shrink it)", v.limit, n))
+		return job.ReasonFsize
+	}
+	if err != nil && !errors.Is(err, errUnmeasurable) {
+		r.log.WarnContext(ctx, "volume not measured", "err", err)
+	}
+	return reason
+}
+
+// deleteVolume deletes the job's volume directory after its container is
+// confirmed gone, unless the lease was lost (another job may hold it now).
+func (w *Worker) deleteVolume(ctx context.Context, r *jobRun, reason job.Reason) job.Reason {
+	if reason == job.ReasonLeaseLost {
 		r.res.Error = joinMsg(r.res.Error, "the volume was not deleted: its lease was lost, so another job may be using it; submit the delete again")
-	} else if v.delete {
-		if r.sess != nil {
-			dctx, cancel := detached(ctx)
-			err := r.sess.Destroy(dctx)
-			cancel()
-			if err != nil {
-				r.log.ErrorContext(ctx, "volume not deleted: its container may still run", "err", err)
-				r.res.Error = joinMsg(r.res.Error, "the volume was not deleted: its container could not be confirmed gone; the next delete retries")
-				return
-			}
-		}
-		if err := os.RemoveAll(v.dir); err != nil {
-			r.log.ErrorContext(ctx, "volume not deleted", "dir", v.dir, "err", err)
-			r.res.Error = joinMsg(r.res.Error, "the volume was not completely deleted ("+err.Error()+"); submit the delete again")
+		return reason
+	}
+	if r.sess != nil {
+		dctx, cancel := detached(ctx)
+		err := r.sess.Destroy(dctx)
+		cancel()
+		if err != nil {
+			r.log.ErrorContext(ctx, "volume not deleted: its container may still run", "err", err)
+			r.res.Error = joinMsg(r.res.Error, "the volume was not deleted: its container could not be confirmed gone; submit the delete again")
+			return job.ReasonInfra
 		}
 	}
-	if v.maxBytes > 0 || v.delete {
-		n, err := volumeUsage(v.dir)
-		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOENT) {
-			r.log.WarnContext(ctx, "volume not measured", "err", err)
+	if err := os.RemoveAll(r.vol.dir); err != nil {
+		r.log.ErrorContext(ctx, "volume not deleted", "dir", r.vol.dir, "err", err)
+		// The error names host paths: the tenant is told the reason only.
+		why := err.Error()
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			why = pe.Err.Error()
 		}
-		r.res.VolumeBytes = n
+		r.res.Error = joinMsg(r.res.Error, "the volume was not completely deleted ("+why+"); submit the delete again")
+		return job.ReasonInfra
 	}
+	return reason
 }
 
 func joinMsg(a, b string) string {

@@ -24,7 +24,7 @@ import (
 // result. Every terminal result goes through here.
 func (w *Worker) finish(ctx context.Context, r *jobRun, reason job.Reason, msg string) error {
 	r.res.Error = msg
-	w.settleVolume(ctx, r, reason)
+	reason = w.settleVolume(ctx, r, reason)
 	r.res.FinishedAt = w.cfg.Now()
 	r.res.Finish(reason)
 	if r.io != nil && r.io.kept != nil {

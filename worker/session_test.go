@@ -66,6 +66,16 @@ func TestSessionWorkspace(t *testing.T) {
 	r5c := s.run(job.Spec{Command: "rm -rf /workspace/n", Volume: vol()})
 	require.Equal(t, job.ReasonOK, r5c.Reason, r5c.Error)
 
+	// A job that writes past the quota and ends before the next look is
+	// still fsize, and the next job may not grow the volume further.
+	r5d := s.run(job.Spec{Command: "head -c 6000000 /dev/zero > /workspace/quick", Volume: vol()})
+	assert.Equal(t, job.ReasonFsize, r5d.Reason, r5d.Error)
+	assert.Contains(t, r5d.Error, "over its quota")
+	r5e := s.run(job.Spec{Command: "head -c 100000 /dev/zero > /workspace/more", Volume: vol()})
+	assert.Equal(t, job.ReasonFsize, r5e.Reason, "a volume over its quota may only shrink: %s", r5e.Error)
+	r5f := s.run(job.Spec{Command: "rm -f /workspace/quick /workspace/more", Volume: vol()})
+	require.Equal(t, job.ReasonOK, r5f.Reason, r5f.Error)
+
 	// Delete: the directory is gone after the result says so.
 	d := vol()
 	d.Delete = true

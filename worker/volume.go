@@ -115,6 +115,6 @@ func (w *Worker) watchVolumeQuota(ctx context.Context, r *jobRun) (context.Conte
 	if err != nil {
 		r.log.WarnContext(ctx, "volume not measured at start", "err", err)
 	}
-	r.vol.limit = max(r.vol.maxBytes, start)
+	r.vol.start, r.vol.limit = start, max(r.vol.maxBytes, start)
 	return watchQuota(ctx, r.vol.dir, r.vol.limit, w.cfg.VolumeQuotaInterval)
 }

@@ -67,12 +67,15 @@ func TestImportRule(t *testing.T) {
 	for imp := range imports(t, "gateway") {
 		assert.True(t, imp == "client" || imp == "job" || helper(t, imp), "the gateway is a NATS client like any pipeline: it imports %s", imp)
 	}
+	for imp := range imports(t, "broker") {
+		assert.True(t, imp == "job" || helper(t, imp), "broker imports only job; it imports %s", imp)
+	}
 	for imp := range imports(t, "tenant") {
 		assert.True(t, imp == "job" || helper(t, imp), "tenant imports only job; it imports %s", imp)
 	}
 	assert.NotContains(t, imports(t, "scheduler"), "worker")
 	assert.NotContains(t, imports(t, "worker"), "scheduler")
-	for _, pkg := range []string{"client", "results", "scheduler", "worker", "healer", "locks", "sandbox", "gateway", "tenant"} {
+	for _, pkg := range []string{"client", "results", "scheduler", "worker", "healer", "locks", "sandbox", "gateway", "tenant", "broker"} {
 		for imp := range imports(t, pkg) {
 			assert.False(t, strings.HasPrefix(imp, "cmd/"), "%s imports %s: only cmd wires", pkg, imp)
 		}

@@ -171,7 +171,7 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Identity
 		w.Header().Set("WWW-Authenticate", `Bearer realm="paddock"`)
 		writeError(w, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized,
 			Message: "this operation needs a bearer token: send the header Authorization: Bearer <token> " +
-				"(the operator issues tokens: paddock token)"})
+				"(the operator issues them: paddock tenant token NAME)"})
 		return Identity{}, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), authTimeout)

@@ -152,6 +152,9 @@ func (g *Gateway) mcpLimit(next http.Handler) http.Handler {
 			http.Error(w, "too many requests for this token; retry after the Retry-After seconds", http.StatusTooManyRequests)
 			return
 		}
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+			g.keepAlive(id.Tenant, sid)
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -202,6 +205,7 @@ func (g *Gateway) watch(ss *mcp.ServerSession, ref SessionRef) {
 		g.endClosed(ref)
 		g.sess.mu.Lock()
 		delete(g.sess.watched, ref.Name)
+		delete(g.sess.alive, ref.Name)
 		g.sess.mu.Unlock()
 	})
 }

@@ -379,3 +379,27 @@ func TestServeMCPStdio(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, idle)
 }
+
+// Requests that are not tool calls (a ping) keep an MCP session's
+// workspace: the SDK keeps the session for them, so the sweeper must not
+// end it as idle.
+func TestMCPPingKeepsWorkspace(t *testing.T) {
+	t.Parallel()
+	f := mcpFleet(t, nil)
+	cs := f.connect(devToken)
+	run(t, cs, "echo x > /workspace/f")
+	ref := SessionRef{Tenant: "dev", Kind: SessionMCP, Name: cs.ID()}
+	before, err := f.gw.cfg.Sessions.Get(context.Background(), ref)
+	require.NoError(t, err)
+	f.gw.sess.skew.Store(int64(20 * time.Minute))
+	require.NoError(t, cs.Ping(context.Background(), nil))
+	require.Eventually(t, func() bool {
+		s, err := f.gw.cfg.Sessions.Get(context.Background(), ref)
+		return err == nil && s.LastUsed.After(before.LastUsed.Add(10*time.Minute))
+	}, 10*time.Second, 20*time.Millisecond, "the ping refreshed the session's last use")
+	f.gw.sess.skew.Store(int64(40 * time.Minute)) // 40 min after the call, 20 after the ping
+	f.gw.sweep(context.Background())
+	_, err = f.gw.cfg.Sessions.Get(context.Background(), ref)
+	assert.NoError(t, err, "the sweeper kept the live session")
+	assert.Equal(t, "x\n", body(run(t, cs, "cat /workspace/f")))
+}

@@ -491,8 +491,9 @@ type sessions struct {
 	sweeper startstop.Service
 
 	mu       sync.Mutex
-	watched  map[string]func() // MCP session id → close it
-	watchers sync.WaitGroup    // the watchers' goroutines
+	watched  map[string]func()    // MCP session id → close it
+	watchers sync.WaitGroup       // the watchers' goroutines
+	alive    map[string]time.Time // MCP session id → its last keep-alive touch
 
 	// Test knobs: skew (nanoseconds) is added to the clock of every
 	// session time; every replaces sweepInterval(SessionIdleTTL) (set it
@@ -503,6 +504,36 @@ type sessions struct {
 
 // now is the clock of session times.
 func (g *Gateway) now() time.Time { return time.Now().Add(time.Duration(g.sess.skew.Load())) }
+
+// keepAlive refreshes the record of the MCP session sid of tenant when a
+// request of it arrives (a ping or a tools/list keeps the SDK's session,
+// so it must keep the workspace too), at most every tenth of the idle
+// TTL. Only sessions this gateway watches (they made a call, so their
+// record exists) are refreshed; the touch runs off the request's path.
+func (g *Gateway) keepAlive(tenant, sid string) {
+	now := g.now()
+	g.sess.mu.Lock()
+	_, watched := g.sess.watched[sid]
+	last := g.sess.alive[sid]
+	due := watched && now.Sub(last) >= g.cfg.SessionIdleTTL/10
+	if due {
+		if g.sess.alive == nil {
+			g.sess.alive = map[string]time.Time{}
+		}
+		g.sess.alive[sid] = now
+	}
+	g.sess.mu.Unlock()
+	if !due {
+		return
+	}
+	g.sess.watchers.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := g.touch(ctx, SessionRef{Tenant: tenant, Kind: SessionMCP, Name: sid}); err != nil && !errors.Is(err, ErrSessionEnding) {
+			g.log.Warn("mcp: keep the session's workspace alive", "session", sid, "err", err)
+		}
+	})
+}
 
 // touch creates or refreshes the session of ref.
 func (g *Gateway) touch(ctx context.Context, ref SessionRef) (Session, error) {

@@ -314,6 +314,24 @@ func (w *Worker) stopBackground() {
 }
 
 // retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
-	return retrydelay.Nth(uint64(n)+1, time.Second, 30*time.Second, 0)
+//
+// A task whose context asynq canceled (CancelProcessing, which a cancel
+// request sends) is retried by asynq at once, without waiting for the
+// handler, which is still destroying the container and recording the
+// canceled result. A retry within a second would then start, see the
+// cancel flag and record "canceled before it started" (runs 0, no
+// attempts) first, hiding the run that really happened. It waits
+// interruptedRetryDelay instead: longer than the handler's detached
+// clean-up, so the run's own result is recorded and the retry only
+// republishes it.
+func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	d := retrydelay.Nth(uint64(n)+1, time.Second, 30*time.Second, 0)
+	if errors.Is(err, context.Canceled) {
+		d = max(d, interruptedRetryDelay)
+	}
+	return d
 }
+
+// interruptedRetryDelay is the least delay of a retry after asynq canceled
+// the task's context: the detached clean-up's 15 s (result.go) and then some.
+const interruptedRetryDelay = 20 * time.Second

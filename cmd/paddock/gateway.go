@@ -43,7 +43,7 @@ func (f *gatewayFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.answer, "gateway-answer-chars", 10_000, "characters of output in a bash tool answer (the rest is in the spill file)")
 	fs.Int64Var(&f.maxBody, "gateway-max-body-bytes", 1<<20, "bound of a request body; larger get 413")
 	fs.Int64Var(&f.sessionMaxBytes, "gateway-session-max-bytes", 256<<20, "byte quota of a session's workspace")
-	fs.DurationVar(&f.sessionIdle, "gateway-session-idle", 30*time.Minute, "a session unused this long ends and its workspace is deleted")
+	fs.DurationVar(&f.sessionIdle, "gateway-session-idle", 30*time.Minute, "a session unused this long ends and its workspace is deleted (longer than the 330 s a command may take)")
 	fs.DurationVar(&f.mintTTL, "gateway-identity-ttl", time.Hour, "lifetime of the NATS users the gateway mints per tenant (renewed on reconnect)")
 }
 

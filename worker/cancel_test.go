@@ -168,3 +168,40 @@ func TestCancelFlagPollWithoutNotification(t *testing.T) {
 	assert.Equal(t, job.ReasonCanceled, res.Reason)
 	assert.Equal(t, "canceled while running; its container was killed", res.Error)
 }
+
+// slowRemove delays every container removal, as a loaded engine does.
+type slowRemove struct {
+	sandbox.DockerClient
+	delay time.Duration
+}
+
+func (s slowRemove) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	time.Sleep(s.delay)
+	return s.DockerClient.ContainerRemove(ctx, id, o)
+}
+
+// A canceled running job whose container takes seconds to remove still
+// ends with the run that happened (runs 1, its attempt): asynq retries a
+// task whose context it canceled without waiting for the handler, and a
+// retry that came before the record used to write "canceled before it
+// started" with runs 0.
+func TestCancelWhileRemovalIsSlow(t *testing.T) {
+	wrapDocker = func(d sandbox.DockerClient) sandbox.DockerClient { return slowRemove{d, 4 * time.Second} }
+	defer func() { wrapDocker = nil }()
+	s := newStack(t, func(c *worker.Config) { c.Concurrency = 2 })
+	withCanceler(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	id := testsvc.Unique("slowrm")
+	_, err := s.client.Submit(ctx, job.Spec{ID: id, Command: "sleep 120; : " + id})
+	require.NoError(t, err)
+	containerRunning(t, s.docker, s.owner, id)
+	r, err := s.client.Cancel(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, job.CancelKilling, r.Outcome, r.Message)
+	res, err := s.client.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, job.ReasonCanceled, res.Reason)
+	assert.Equal(t, 1, res.Runs, res.Error)
+	assert.Len(t, res.Attempts, 1)
+}

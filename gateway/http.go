@@ -512,13 +512,19 @@ func (g *Gateway) getJob(w http.ResponseWriter, r *http.Request, id Identity) er
 	return writeJSON(w, http.StatusOK, res)
 }
 
-// cancelJob is DELETE /v1/jobs/{id}: cancel the job.
-func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id Identity) error {
+// jobClient is the job id of r's path and the client of id's tenant.
+func (g *Gateway) jobClient(r *http.Request, id Identity) (string, *client.Client, error) {
 	jid, err := jobID(r)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	c, err := g.tenantClient(r.Context(), id)
+	return jid, c, err
+}
+
+// cancelJob is DELETE /v1/jobs/{id}: cancel the job.
+func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id Identity) error {
+	jid, c, err := g.jobClient(r, id)
 	if err != nil {
 		return err
 	}
@@ -572,11 +578,7 @@ type artifactList struct {
 
 // listArtifacts is GET /v1/jobs/{id}/artifacts.
 func (g *Gateway) listArtifacts(w http.ResponseWriter, r *http.Request, id Identity) error {
-	jid, err := jobID(r)
-	if err != nil {
-		return err
-	}
-	c, err := g.tenantClient(r.Context(), id)
+	jid, c, err := g.jobClient(r, id)
 	if err != nil {
 		return err
 	}
@@ -597,11 +599,7 @@ func nonNil[T any](s []T) []T {
 // getArtifact is GET /v1/jobs/{id}/artifacts/{path...}: one artifact,
 // streamed, with its size and its sha256 as ETag.
 func (g *Gateway) getArtifact(w http.ResponseWriter, r *http.Request, id Identity) error {
-	jid, err := jobID(r)
-	if err != nil {
-		return err
-	}
-	c, err := g.tenantClient(r.Context(), id)
+	jid, c, err := g.jobClient(r, id)
 	if err != nil {
 		return err
 	}
@@ -630,8 +628,7 @@ func (g *Gateway) getArtifact(w http.ResponseWriter, r *http.Request, id Identit
 // writeStall. A failure once bytes are out cuts the connection, so that
 // the client sees a broken transfer, never a short file that looks whole.
 func (g *Gateway) copyBody(w http.ResponseWriter, r *http.Request, body io.Reader) error {
-	rc := http.NewResponseController(w)
-	dw := &stallWriter{w: w, rc: rc}
+	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
 	buf := make([]byte, 32<<10)
 	n, err := io.CopyBuffer(dw, body, buf)
 	if err == nil {
@@ -642,19 +639,6 @@ func (g *Gateway) copyBody(w http.ResponseWriter, r *http.Request, body io.Reade
 	}
 	g.log.Warn("download cut", "path", r.URL.Path, "bytes", n, "err", err)
 	panic(http.ErrAbortHandler)
-}
-
-// stallWriter sets a write deadline of writeStall before each write.
-type stallWriter struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	wrote bool
-}
-
-func (s *stallWriter) Write(p []byte) (int, error) {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeStall))
-	s.wrote = true
-	return s.w.Write(p)
 }
 
 // deleteSession is DELETE /v1/sessions/{name}: end the session and

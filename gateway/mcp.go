@@ -71,30 +71,33 @@ func (g *Gateway) mcpHTTP() http.Handler {
 	return auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(g.mcpLimit(namedSession(writeDeadlines(h))))
 }
 
-// mcpWriteTimeout bounds each write of an MCP response: the server has no
-// WriteTimeout (it would cut event streams), so a client that stops
-// reading is dropped here instead of holding its handler forever.
-const mcpWriteTimeout = 30 * time.Second
-
-// writeDeadlines sets a write deadline before every write and flush.
+// writeDeadlines sets a write deadline of writeStall before every write
+// and flush of an MCP response: the server has no WriteTimeout (it would
+// cut event streams), so a client that stops reading is dropped here
+// instead of holding its handler forever.
 func writeDeadlines(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w)}, r)
 	})
 }
 
+// deadlineWriter sets a write deadline of writeStall before each write
+// and flush (MCP responses, downloads); wrote says whether any write
+// began.
 type deadlineWriter struct {
 	http.ResponseWriter
-	rc *http.ResponseController
+	rc    *http.ResponseController
+	wrote bool
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(mcpWriteTimeout))
+	_ = d.rc.SetWriteDeadline(time.Now().Add(writeStall))
+	d.wrote = true
 	return d.ResponseWriter.Write(p)
 }
 
 func (d *deadlineWriter) Flush() {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(mcpWriteTimeout))
+	_ = d.rc.SetWriteDeadline(time.Now().Add(writeStall))
 	_ = d.rc.Flush()
 }
 

@@ -104,29 +104,44 @@ func (r *Registry) Get(ctx context.Context, name string) (Tenant, error) {
 func (r *Registry) List(ctx context.Context) ([]Tenant, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	all, err := listAll(ctx, r.kv, "tenant: list", func(e jetstream.KeyValueEntry) (Tenant, bool, error) {
+		t, err := decodeRecord(e.Key(), e.Value())
+		return t, true, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("tenant: list: %w", err)
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b Tenant) int { return strings.Compare(a.Name, b.Name) })
+	return all, nil
+}
+
+// listAll decodes every current entry of kv with decode, which says
+// whether to keep it; op prefixes the errors.
+func listAll[T any](ctx context.Context, kv jetstream.KeyValue, op string, decode func(jetstream.KeyValueEntry) (T, bool, error)) ([]T, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer stopWatcher(w)
-	var all []Tenant
+	var all []T
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("tenant: list: %w", ctx.Err())
+			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("tenant: list: the watcher stopped (connection closed?)")
+				return nil, errors.New(op + ": the watcher stopped (connection closed?)")
 			}
 			if e == nil { // every current record was delivered
-				slices.SortFunc(all, func(a, b Tenant) int { return strings.Compare(a.Name, b.Name) })
 				return all, nil
 			}
-			t, err := decodeRecord(e.Key(), e.Value())
+			v, keep, err := decode(e)
 			if err != nil {
 				return nil, err
 			}
-			all = append(all, t)
+			if keep {
+				all = append(all, v)
+			}
 		}
 	}
 }

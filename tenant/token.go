@@ -224,33 +224,18 @@ func (ts *Tokens) entries(ctx context.Context, tenantName string) ([]tokenEntry,
 	if err := job.CheckTenant(tenantName); err != nil {
 		return nil, fmt.Errorf("tenant: tokens: %w", err)
 	}
-	w, err := ts.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("tenant: list tokens: %w", err)
-	}
-	defer stopWatcher(w)
-	var all []tokenEntry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("tenant: list tokens: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("tenant: list tokens: the watcher stopped (connection closed?)")
-			}
-			if e == nil { // every current record was delivered
-				slices.SortFunc(all, func(a, b tokenEntry) int { return a.tok.CreatedAt.Compare(b.tok.CreatedAt) })
-				return all, nil
-			}
-			tok, err := decodeToken(e.Key(), e.Value())
-			if err != nil {
-				return nil, fmt.Errorf("tenant: list tokens: %w", err)
-			}
-			if tok.Tenant == tenantName {
-				all = append(all, tokenEntry{key: e.Key(), tok: tok})
-			}
+	all, err := listAll(ctx, ts.kv, "tenant: list tokens", func(e jetstream.KeyValueEntry) (tokenEntry, bool, error) {
+		tok, err := decodeToken(e.Key(), e.Value())
+		if err != nil {
+			return tokenEntry{}, false, fmt.Errorf("tenant: list tokens: %w", err)
 		}
+		return tokenEntry{key: e.Key(), tok: tok}, tok.Tenant == tenantName, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	slices.SortFunc(all, func(a, b tokenEntry) int { return a.tok.CreatedAt.Compare(b.tok.CreatedAt) })
+	return all, nil
 }
 
 // List returns the tokens of tenantName, oldest first.

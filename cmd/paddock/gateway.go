@@ -300,23 +300,17 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 // it issues one (as the admin) when the file is missing or its token no
 // longer verifies. Without a dev tenant (removed) it does nothing.
 func ensureDevToken(ctx context.Context, g *globals, adminCreds, path string) error {
-	nc, err := g.connectAs(ctx, "paddock-up-admin", adminCreds, "")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	reg, err := tenant.NewRegistry(ctx, js)
-	if err != nil {
-		return err
-	}
-	toks, err := tenant.NewTokens(ctx, js, reg) // creates the bucket the gateway reads
-	if err != nil {
-		return err
-	}
+	return withAdminAs(ctx, g, adminCreds, func(js jetstream.JetStream, reg *tenant.Registry) error {
+		toks, err := tenant.NewTokens(ctx, js, reg) // creates the bucket the gateway reads
+		if err != nil {
+			return err
+		}
+		return keepDevToken(ctx, toks, reg, path)
+	})
+}
+
+// keepDevToken is ensureDevToken's work once the token store is open.
+func keepDevToken(ctx context.Context, toks *tenant.Tokens, reg *tenant.Registry, path string) error {
 	if b, err := os.ReadFile(path); err == nil {
 		if _, err := toks.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
 			return nil

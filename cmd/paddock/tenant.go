@@ -270,6 +270,11 @@ func withAdmin(ctx context.Context, g *globals, fn func(jetstream.JetStream, *te
 	if err != nil {
 		return err
 	}
+	return withAdminAs(ctx, g, creds, fn)
+}
+
+// withAdminAs is withAdmin with the admin credentials creds.
+func withAdminAs(ctx context.Context, g *globals, creds string, fn func(jetstream.JetStream, *tenant.Registry) error) error {
 	nc, err := g.connectAs(ctx, "paddock-tenant-admin", creds, "")
 	if err != nil {
 		return err

@@ -239,8 +239,7 @@ func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session,
 		// The command ended (a job-deadline kill is the job's timeout).
 		return w.commandEnded(ctx, r, hres, out, jobDeadline)
 	case errors.Is(context.Cause(ctx), errVolumeQuota):
-		markLast(&r.res, job.ReasonFsize)
-		return w.finish(ctx, r, job.ReasonFsize, fmt.Sprintf("the workspace grew past its quota of %d bytes and the job was killed; remove files from /workspace (a job may still shrink a workspace over its quota) or write less", r.vol.limit))
+		return w.quotaKilled(ctx, r)
 	case errors.Is(context.Cause(ctx), errLeaseLost):
 		markLast(&r.res, job.ReasonLeaseLost)
 		return w.finish(ctx, r, job.ReasonLeaseLost, "the volume's lease was lost while the job ran (Redis unreachable or the lease taken over); its container was killed so it cannot write stale data")
@@ -249,6 +248,16 @@ func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session,
 	default:
 		return w.infraFail(ctx, r, err)
 	}
+}
+
+// quotaKilled ends a job killed because its volume went past its quota.
+func (w *Worker) quotaKilled(ctx context.Context, r *jobRun) error {
+	markLast(&r.res, job.ReasonFsize)
+	msg := fmt.Sprintf("the workspace grew past its quota of %d bytes and the job was killed; remove files from /workspace (a job may still shrink a workspace over its quota) or write less", r.vol.limit)
+	if r.vol.unmeasured {
+		msg = fmt.Sprintf("the workspace cannot be measured whole (nested over 256 deep, over %d entries, or a directory the worker cannot enter), so the job was held to the disk holding it, and killed when the disk lost more than the quota of %d bytes while it ran; remove the deep or unreadable part (rm -rf) in a job that writes nothing else", maxVolumeEntries, r.vol.maxBytes)
+	}
+	return w.finish(ctx, r, job.ReasonFsize, msg)
 }
 
 // interrupted ends a job whose context ended: canceled by the user, or the

@@ -94,9 +94,18 @@ func (u *usage) entry(dirfd int, name string, depth int) error {
 }
 
 // watchQuota returns a context canceled with errVolumeQuota when the
-// volume at dir holds more than limit bytes (or too many entries), looked
-// at every interval; stop(nil) ends the watch and waits for it.
-func watchQuota(ctx context.Context, dir string, limit int64, interval time.Duration) (_ context.Context, stop context.CancelCauseFunc) {
+// job's volume grows past its bound, looked at every interval; stop(nil)
+// ends the watch and waits for it. The bound is v.limit bytes, and a
+// volume that was measurable when the job started must stay measurable.
+//
+// One that was not (a killed job left it nested too deep or too full to
+// walk) may still be cleaned by the next job, which the walk alone could
+// not tell from a job growing the part it cannot see. That job is held to
+// the host filesystem instead: it is killed when the filesystem holding
+// the volume has max_bytes fewer free bytes than when it started. Other
+// writers on that filesystem count too, so such a job may be stopped
+// early, never late.
+func watchQuota(ctx context.Context, v *volumeRun, interval time.Duration) (_ context.Context, stop context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -109,7 +118,7 @@ func watchQuota(ctx context.Context, dir string, limit int64, interval time.Dura
 				return
 			case <-t.C:
 			}
-			if n, err := volumeUsage(dir); n > limit || errors.Is(err, errUnmeasurable) {
+			if v.over() {
 				cancel(errVolumeQuota)
 				return
 			}
@@ -121,6 +130,31 @@ func watchQuota(ctx context.Context, dir string, limit int64, interval time.Dura
 	}
 }
 
+// over tells whether the volume is past the job's bound now.
+func (v *volumeRun) over() bool {
+	n, err := volumeUsage(v.dir)
+	if n > v.limit {
+		return true
+	}
+	if !errors.Is(err, errUnmeasurable) {
+		return false
+	}
+	if !v.unmeasured {
+		return true
+	}
+	free, ferr := freeBytes(v.dir)
+	return ferr != nil || v.free-free > v.maxBytes
+}
+
+// freeBytes is what the filesystem holding dir has free.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Bfree) * st.Bsize, nil
+}
+
 // volumeRun is what a job's volume needs when the job ends.
 type volumeRun struct {
 	dir      string
@@ -128,6 +162,10 @@ type volumeRun struct {
 	start    int64 // its size when the job started
 	limit    int64 // what the watch kills at: max(maxBytes, start)
 	delete   bool
+	// unmeasured: the volume could not be measured whole when the job
+	// started; free is then its filesystem's free bytes at that time.
+	unmeasured bool
+	free       int64
 }
 
 // settleVolume runs just before the job's result is recorded, and

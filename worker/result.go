@@ -47,6 +47,9 @@ func (w *Worker) filesFailed(ctx context.Context, r *jobRun, sess *sandbox.Sessi
 		r.res.Errors = ve.Fields
 		return w.finish(ctx, r, job.ReasonRejected, "a file could not be placed in the workspace before the first command: "+ve.Error())
 	}
+	if errors.Is(context.Cause(ctx), errVolumeQuota) {
+		return w.quotaKilled(ctx, r)
+	}
 	if ctx.Err() != nil {
 		return w.interrupted(ctx, r, sess)
 	}
@@ -101,6 +104,10 @@ func (w *Worker) infraFail(ctx context.Context, r *jobRun, cause error) error {
 		// Lost while the sandbox was starting: the job never ran, but it
 		// must not run again under a lease someone else now holds.
 		return w.finish(ctx, r, job.ReasonLeaseLost, "the volume's lease was lost before the job could start (Redis unreachable or the lease taken over); it did not run")
+	}
+	if errors.Is(context.Cause(ctx), errVolumeQuota) {
+		// Another run would find the volume as it is: never a retry.
+		return w.quotaKilled(ctx, r)
 	}
 	if ctx.Err() != nil {
 		return requeue(ctx, r.key)

@@ -63,7 +63,23 @@ func TestSessionWorkspace(t *testing.T) {
 	// Nesting past what the measurement walks cannot hide bytes from it.
 	r5b := s.run(job.Spec{Command: "d=/workspace/n; for i in $(seq 300); do d=$d/d; done; mkdir -p $d; head -c 6000000 /dev/zero > $d/big; sleep 30", Volume: vol()})
 	assert.Equal(t, job.ReasonFsize, r5b.Reason, r5b.Error)
-	r5c := s.run(job.Spec{Command: "rm -rf /workspace/n", Volume: vol()})
+	// The next job cannot measure that workspace either, so it is held to
+	// the disk: writing where the walk cannot see gets it killed early.
+	r5x := s.run(job.Spec{Command: "cd /workspace/n; while cd d 2>/dev/null; do :; done; for i in $(seq 64); do head -c 1048576 /dev/zero >> more; sleep 0.2; done; sleep 30", Volume: vol()})
+	assert.Equal(t, job.ReasonFsize, r5x.Reason, r5x.Error)
+	assert.Contains(t, r5x.Error, "held to the disk")
+	deep := filepath.Join(dir, "n")
+	for range 300 {
+		deep = filepath.Join(deep, "d")
+	}
+	st, err := os.Stat(filepath.Join(deep, "more"))
+	require.NoError(t, err)
+	assert.Less(t, st.Size(), int64(32<<20), "killed near the quota, not after 64 MiB")
+	// It may clean up, however long that takes (the room covers the other
+	// writers on this machine's disk, which count against such a job).
+	clean := vol()
+	clean.MaxBytes = 1 << 30
+	r5c := s.run(job.Spec{Command: "sleep 2; rm -rf /workspace/n", Volume: clean})
 	require.Equal(t, job.ReasonOK, r5c.Reason, r5c.Error)
 
 	// A job that writes past the quota and ends before the next look is

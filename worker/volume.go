@@ -109,12 +109,17 @@ func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held *locks.H
 
 // watchVolumeQuota starts the watch of the job's volume quota: the job
 // may not grow the volume past max(max_bytes, its size now), so a job
-// over quota can still shrink it.
+// over quota can still shrink it (watchQuota).
 func (w *Worker) watchVolumeQuota(ctx context.Context, r *jobRun) (context.Context, context.CancelCauseFunc) {
 	start, err := volumeUsage(r.vol.dir)
+	if errors.Is(err, errUnmeasurable) {
+		// Without the filesystem's free bytes, the walk alone decides.
+		free, ferr := freeBytes(r.vol.dir)
+		r.vol.unmeasured, r.vol.free = ferr == nil, free
+	}
 	if err != nil {
 		r.log.WarnContext(ctx, "volume not measured at start", "err", err)
 	}
 	r.vol.start, r.vol.limit = start, max(r.vol.maxBytes, start)
-	return watchQuota(ctx, r.vol.dir, r.vol.limit, w.cfg.VolumeQuotaInterval)
+	return watchQuota(ctx, r.vol, w.cfg.VolumeQuotaInterval)
 }

@@ -139,6 +139,44 @@ func TestVolumeLeaseLostWhileStarting(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the command must not have run")
 }
 
+// onMountedCreate runs f as a container with a bind mount of the job's
+// volume is created (a pool container has none), then delays creation.
+type onMountedCreate struct {
+	sandbox.DockerClient
+	f     func()
+	delay time.Duration
+}
+
+func (s onMountedCreate) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	for _, m := range o.HostConfig.Mounts {
+		if m.Target == sandbox.WorkspaceDir {
+			s.f()
+			time.Sleep(s.delay)
+		}
+	}
+	return s.DockerClient.ContainerCreate(ctx, o)
+}
+
+// A volume that goes past its quota while the container is still being
+// made ends the job as fsize, once: it is never handed back to the queue
+// (a re-run would start from the bigger size and be let through).
+func TestVolumeQuotaWhileStarting(t *testing.T) {
+	var root string
+	wrapDocker = func(d sandbox.DockerClient) sandbox.DockerClient {
+		return onMountedCreate{d, func() {
+			_ = os.WriteFile(filepath.Join(root, "default.grow", "planted"), make([]byte, 2<<20), 0o644)
+		}, 2500 * time.Millisecond}
+	}
+	defer func() { wrapDocker = nil }()
+	s, r0 := volumeStack(t, 0)
+	root = r0
+	r := s.run(job.Spec{Command: "touch /workspace/ran", Volume: &job.Volume{Name: "grow", Mode: job.VolumeRW, MaxBytes: 1 << 20}})
+	assert.Equal(t, job.ReasonFsize, r.Reason, r.Error)
+	assert.Contains(t, r.Error, "quota")
+	assert.Equal(t, 1, r.Runs, "a job killed by its quota is not run again")
+	assert.NoFileExists(t, filepath.Join(root, "default.grow", "ran"), "the command must not have run")
+}
+
 func TestVolumeReadOnly(t *testing.T) {
 	s, root := volumeStack(t, 0)
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "default.docs"), 0o755))

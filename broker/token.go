@@ -107,6 +107,11 @@ func (s *signer) jwks() []byte {
 	return b
 }
 
+// JWKS returns the JSON Web Key Set of key's public half, as a Broker
+// signing with key publishes it (Broker.JWKS): for an operator who
+// publishes it without running a broker (`paddock broker jwks`).
+func JWKS(key ed25519.PrivateKey) []byte { return newSigner(key, DefaultIssuer).jwks() }
+
 // LoadSigningKey reads an Ed25519 private key from a PEM file (PKCS #8, as
 // `openssl genpkey -algorithm ed25519 -out broker-key.pem` writes it). The
 // file must be readable by its owner only.

@@ -69,6 +69,9 @@ func Decode(data []byte) (Spec, error) {
 	if len(s.Files) == 0 {
 		s.Files = nil
 	}
+	if len(s.Grants) == 0 {
+		s.Grants = nil
+	}
 	if len(s.Artifacts) == 0 {
 		s.Artifacts = nil
 	}

@@ -42,7 +42,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"bom", "\uFEFF{\"command\":\"x\"}", "spec", "malformed JSON at byte"},
 
 		// keys
-		{"unknown", `{"command":"x","cmd":"y"}`, "cmd", "unknown field; spec allows: v, id, command, image, env, workdir, limits, queue, labels, heal, volume, files, stdin, output, artifacts, tenant, submitted_at"},
+		{"unknown", `{"command":"x","cmd":"y"}`, "cmd", "unknown field; spec allows: v, id, command, image, env, workdir, limits, queue, labels, heal, volume, files, stdin, output, artifacts, grants, tenant, submitted_at"},
 		{"unknown nested", `{"command":"x","limits":{"memory":1}}`, "limits.memory", "unknown field; limits allows: memory_mb, cpus, pids, command_timeout_s, job_timeout_s, output_bytes, tmpfs_mb"},
 		{"unknown heal", `{"command":"x","heal":{"retries":1}}`, "heal.retries", "heal allows: mode, max_attempts, allow_install, retry_resource_kills"},
 		{"unknown volume", `{"command":"x","volume":{"name":"v","path":"/"}}`, "volume.path", "volume allows: name, mode"},

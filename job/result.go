@@ -136,6 +136,9 @@ type Result struct {
 	// 0, and left out).
 	Spilled     *Spilled `json:"spilled,omitempty"`
 	VolumeBytes int64    `json:"volume_bytes,omitempty"`
+	// Broker lists the job's calls to the secrets broker (spec.grants),
+	// without any secret, header value, body or query value.
+	Broker *BrokerCalls `json:"broker,omitempty"`
 
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	QueuedAt    time.Time `json:"queued_at,omitzero"`
@@ -159,4 +162,33 @@ func (r *Result) Finish(reason Reason) {
 	r.V = Version
 	r.Reason = reason
 	r.State = reason.State()
+}
+
+// BrokerCalls are a job's calls to the secrets broker: the first
+// MaxBrokerCalls, and how many more were made (Dropped).
+type BrokerCalls struct {
+	Calls   []BrokerCall `json:"calls"`
+	Dropped int          `json:"dropped,omitempty"`
+}
+
+// MaxBrokerCalls is how many broker calls a result lists.
+const MaxBrokerCalls = 100
+
+// BrokerCall is one call of a job's box to the secrets broker: the grant
+// (the Host the box named), the method and path under it, the status the
+// box got, the rule that refused it (if one did) and the message, and the
+// body bytes each way. It never holds a secret.
+type BrokerCall struct {
+	Start      time.Time `json:"start"`
+	Grant      string    `json:"grant"`
+	Method     string    `json:"method"`
+	Path       string    `json:"path,omitempty"`
+	QueryKeys  []string  `json:"query_keys,omitempty"`
+	Status     int       `json:"status"`
+	Rule       string    `json:"rule,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	BytesIn    int64     `json:"bytes_in"`
+	BytesOut   int64     `json:"bytes_out"`
+	Redacted   int       `json:"redacted,omitempty"`
+	DurationMS int64     `json:"duration_ms"`
 }

@@ -34,6 +34,11 @@ type Spec struct {
 	Output    *OutputPolicy `json:"output,omitempty"`
 	Artifacts []string      `json:"artifacts,omitempty"`
 
+	// Grants names the secrets broker's grants the job may use
+	// (docs/broker.md): at most MaxGrants DNS labels, each once. The
+	// scheduler refuses a grant the job's tenant does not have.
+	Grants []string `json:"grants,omitempty"`
+
 	// Tenant is set by the scheduler from the subject the submission came
 	// on (the authenticated tenant); a client may leave it out or give its
 	// own tenant, and a spec naming another tenant is rejected.

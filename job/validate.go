@@ -136,6 +136,7 @@ func Validate(s *Spec, caps Caps) (Effective, error) {
 	v.checkHeal(s.Heal, caps)
 	v.checkVolume(s.Volume, caps.Volumes)
 	v.checkIO(s, caps)
+	v.checkGrants(s.Grants)
 	eff := v.limits(s.Limits, caps)
 	eff.KeepOutput = KeepOutput(s, caps)
 	// Last: it applies only when every check above passed.
@@ -217,6 +218,30 @@ func (v *validator) checkWorkdir(workdir string) {
 func (v *validator) checkQueue(queue string, queues []string) {
 	if queue != "" && !slices.Contains(queues, queue) {
 		v.add("queue", fmt.Sprintf("%q is not a configured queue; queues: %s", truncate(queue, 100), strings.Join(queues, ", ")))
+	}
+}
+
+// MaxGrants is the most grants a job may name.
+const MaxGrants = 16
+
+// grantPattern is a grant name: the Host a box names to the broker, so a
+// DNS label.
+var grantPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// checkGrants checks the number of grants, then each name, once each.
+func (v *validator) checkGrants(grants []string) {
+	if len(grants) > MaxGrants {
+		v.add("grants", fmt.Sprintf("%d grants; at most %d allowed", len(grants), MaxGrants))
+		return
+	}
+	for i, g := range grants {
+		f := fmt.Sprintf("grants[%d]", i)
+		switch {
+		case !grantPattern.MatchString(g):
+			v.add(f, fmt.Sprintf("%q must be a DNS label: 1-63 of [a-z0-9-], starting with a letter, not ending with '-'", truncate(g, 70)))
+		case slices.Contains(grants[:i], g):
+			v.add(f, fmt.Sprintf("%q is named twice", g))
+		}
 	}
 }
 

@@ -98,6 +98,16 @@ func TestValidateRejects(t *testing.T) {
 		{"id 129", withCmd(`"id":"` + strings.Repeat("a", 129) + `"`), fuzzCaps, "id", "{1,128}"},
 		{"id NUL", withCmd(`"id":"a\u0000"`), fuzzCaps, "id", "NUL"},
 
+		// grants
+		{"grants 17", withCmd(`"grants":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]`), fuzzCaps, "grants", "17 grants; at most 16 allowed"},
+		{"grant upper", withCmd(`"grants":["GitHub"]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+		{"grant digit first", withCmd(`"grants":["1x"]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+		{"grant dash last", withCmd(`"grants":["gh-"]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+		{"grant dot", withCmd(`"grants":["gh.evil"]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+		{"grant 64", withCmd(`"grants":["` + strings.Repeat("a", 64) + `"]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+		{"grant twice", withCmd(`"grants":["gh","x","gh"]`), fuzzCaps, "grants[2]", `"gh" is named twice`},
+		{"grant empty", withCmd(`"grants":[""]`), fuzzCaps, "grants[0]", "must be a DNS label"},
+
 		// command
 		{"command missing", `{}`, fuzzCaps, "command", "must not be empty; allowed 1..65536 bytes"},
 		{"command empty", `{"command":""}`, fuzzCaps, "command", "must not be empty; allowed 1..65536 bytes"},
@@ -330,6 +340,8 @@ var acceptedDocs = []string{
 	`{"command":"x","limits":{"memory_mb":6,"cpus":0.01,"pids":16,"command_timeout_s":1,"job_timeout_s":1,"output_bytes":1,"tmpfs_mb":1}}`,
 	`{"command":"x","limits":{"memory_mb":2048,"cpus":2,"pids":512,"command_timeout_s":300,"job_timeout_s":3600,"output_bytes":16777216,"tmpfs_mb":1024}}`,
 	`{"command":"x","limits":{"job_timeout_s":10}}`,
+	`{"command":"x","grants":["github-read","a","` + strings.Repeat("b", 63) + `"]}`,
+	`{"command":"x","grants":[]}`,
 	`{"command":"x","heal":{},"volume":{"name":"v"},"env":{},"labels":{},"limits":{}}`,
 	`{"command":"x","heal":{"mode":"off","max_attempts":0}}`,
 	`{"command":"echo \"\ud83d\ude00\" \\ud800 \ufffd é"}`,

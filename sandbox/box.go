@@ -36,7 +36,14 @@ const (
 	// InstallDir is the exec-allowed tmpfs the heal loop installs into
 	// (healer.DefaultPrefix); its bin directories end the default PATH.
 	InstallDir = "/.paddock/root"
+	// BrokerTarget is where a box of a runtime with Config.BrokerSocket
+	// finds the secrets broker's socket (Session.Broker).
+	BrokerTarget = "/.paddock/broker.sock"
 )
+
+// brokerSocket is the name of a box's broker socket in its control
+// directory (on the host).
+const brokerSocket = "broker.sock"
 
 // DockerClient lists the engine calls the sandbox makes.
 type DockerClient interface {
@@ -77,6 +84,20 @@ type box struct {
 	used    atomic.Bool
 	// lastBeat is when this worker last wrote a heartbeat (unix ns).
 	lastBeat atomic.Int64
+	// broker listens on the box's broker socket until a session takes it
+	// (Session.Broker); release closes it if none did.
+	bmu    sync.Mutex
+	broker *net.UnixListener
+}
+
+// takeBroker returns the box's broker listener, once (nil after that, or
+// when the runtime makes none).
+func (b *box) takeBroker() *net.UnixListener {
+	b.bmu.Lock()
+	defer b.bmu.Unlock()
+	ln := b.broker
+	b.broker = nil
+	return ln
 }
 
 func (b *box) alive() bool {
@@ -112,6 +133,9 @@ func (b *box) release() {
 		}
 		if b.att.Conn != nil {
 			b.att.Close()
+		}
+		if ln := b.takeBroker(); ln != nil {
+			ln.Close()
 		}
 	})
 }
@@ -230,20 +254,28 @@ func (r *Runtime) listenControl(seq int64) (string, *net.UnixListener, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", nil, err
 	}
-	sock := filepath.Join(dir, filepath.Base(initproto.CtlSocket))
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	ln, err := listenSocket(filepath.Join(dir, filepath.Base(initproto.CtlSocket)))
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	// The box's user connects; nobody else can reach the directory (the
-	// run directory above it is 0700, and only this box mounts this one).
-	if err := os.Chmod(sock, 0o666); err != nil {
-		ln.Close()
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
 	return dir, ln, nil
+}
+
+// listenSocket listens on a unix socket at path that the box's user may
+// connect to; nobody else can reach it (the run directory above its box's
+// directory is 0700, and only that box mounts its directory). Closing the
+// listener unlinks the socket.
+func listenSocket(path string) (*net.UnixListener, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // acceptInit accepts init's one connection, then closes and unlinks the
@@ -278,6 +310,13 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	r.track(name, true)
 
 	dir, ln, err := r.listenControl(seq)
+	var bln *net.UnixListener
+	if err == nil && r.cfg.BrokerSocket {
+		if bln, err = listenSocket(filepath.Join(dir, brokerSocket)); err != nil {
+			ln.Close()
+			os.RemoveAll(dir)
+		}
+	}
 	if err != nil {
 		r.track(name, false)
 		return nil, infra("control socket", fmt.Errorf("%w (the run directory %s must be writable by the worker and visible to the Docker engine at the same path)", err, r.runDir), true)
@@ -285,11 +324,14 @@ func (r *Runtime) startBox(ctx context.Context, p Profile, labels map[string]str
 	id, err := r.createContainer(ctx, name, p, dir, labels)
 	if err != nil {
 		ln.Close()
+		if bln != nil {
+			bln.Close()
+		}
 		os.RemoveAll(dir)
 		r.track(name, false)
 		return nil, err
 	}
-	b := &box{id: id, name: name, key: p.key(), dir: dir, created: time.Now(),
+	b := &box{id: id, name: name, key: p.key(), dir: dir, created: time.Now(), broker: bln,
 		frames: make(chan frame, frameBuffer), dead: make(chan struct{}), closing: make(chan struct{}), diag: initproto.NewTail(4096)}
 	if err := r.bootBox(ctx, b, ln); err != nil {
 		return nil, err
@@ -399,6 +441,10 @@ func (r *Runtime) boxMounts(p Profile, dir string) ([]mount.Mount, map[string]st
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: r.cfg.InitPath, Target: InitTarget, ReadOnly: true},
 		{Type: mount.TypeBind, Source: dir, Target: initproto.CtlDir, ReadOnly: true},
+	}
+	if r.cfg.BrokerSocket {
+		// A socket on a read-only mount still takes connections.
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(dir, brokerSocket), Target: BrokerTarget, ReadOnly: true})
 	}
 	tmpfs := map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", p.TmpfsMB)}
 	hasWorkspace := false

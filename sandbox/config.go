@@ -55,6 +55,10 @@ type Config struct {
 	// container, e.g. the heal loop's package source at /.paddock/pkgs.
 	// Unlike Profile.Mounts they keep containers poolable.
 	ExtraMounts []Mount
+	// BrokerSocket gives every box a unix socket at BrokerTarget for the
+	// secrets broker: the worker serves a job's grants on it
+	// (Session.Broker). Off, nothing is mounted.
+	BrokerSocket bool
 	// RunDir holds each box's control directory, bind-mounted read-only
 	// into the box at /.paddock/ctl for init's private socket. The Docker
 	// engine must see it at the same path (default /run/paddock as root,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -149,6 +150,18 @@ func newSession(r *Runtime, b *box, p Profile, pooled bool, opts SessionOptions)
 		s.closeMu.Unlock()
 	}
 	return s
+}
+
+// Broker returns the listener of the box's broker socket (BrokerTarget in
+// the box), once: the caller serves it and closes it. Nil when the runtime
+// makes none (Config.BrokerSocket off) or it was taken already. Connections
+// made before it is served wait in its backlog; once it is closed (by the
+// caller, or when the session ends) the box's connections are refused.
+func (s *Session) Broker() net.Listener {
+	if ln := s.b.takeBroker(); ln != nil {
+		return ln
+	}
+	return nil
 }
 
 // ContainerID returns the session's container id.

@@ -34,6 +34,10 @@ const TaskTimeoutMargin = 2 * time.Minute
 type Config struct {
 	// Caps are the operator's limits every spec is validated against.
 	Caps job.Caps
+	// Grants checks the secrets broker's grants a job names against its
+	// tenant's; nil: the fleet runs no broker and a job naming a grant is
+	// rejected.
+	Grants GrantChecker
 	// Consumer is the durable consumer name shared by all schedulers.
 	// Default job.ConsumerSchedulers.
 	Consumer string

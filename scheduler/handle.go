@@ -234,6 +234,9 @@ func (s *Scheduler) validate(msg jetstream.Msg, meta *jetstream.MsgMetadata, ten
 	if eff, err = job.Validate(&spec, s.cfg.Caps); err != nil {
 		return spec, eff, after, err
 	}
+	if err = s.checkGrants(&spec); err != nil {
+		return spec, eff, after, err
+	}
 	if after, err = notBefore(msg.Headers()); err != nil {
 		return spec, eff, after, err
 	}

@@ -6,7 +6,7 @@
 # Targets (default: all):
 #   test         paddock/test:latest         FROM scratch: static busybox + bash (~4 MB, ~2 s)
 #   sandbox      paddock/sandbox:latest      Debian bookworm via mmdebstrap + docker import
-#                                            (bash coreutils python3 jq gawk procps ca-certificates)
+#                                            (bash coreutils python3 jq gawk procps ca-certificates curl)
 #   sandbox-pip  paddock/sandbox-pip:latest  sandbox + python3-pip python3-venv
 #   paddock      paddock/paddock:latest      static paddock + paddock-init, FROM scratch
 #   nats         paddock/nats:latest         FROM scratch: static nats-server built from its Go
@@ -30,7 +30,7 @@ readonly PATH_IN_IMAGE=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 readonly SUITE=bookworm
 # Keep in step with deploy/images/sandbox.Dockerfile. bash and coreutils are
 # Essential (always there); they are listed to say that the image promises them.
-readonly SANDBOX_PACKAGES=(bash coreutils python3 jq gawk procps ca-certificates)
+readonly SANDBOX_PACKAGES=(bash coreutils python3 jq gawk procps ca-certificates curl)
 readonly SANDBOX_PIP_PACKAGES=(python3-pip python3-venv)
 readonly LOCK_FILE=/run/lock/paddock-build-images.lock
 

@@ -130,11 +130,16 @@ func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
 // heal loop and ends the job by how the loop returned. The container is
 // always destroyed.
 func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
+	if why := w.noBroker(r); why != "" {
+		return w.finish(ctx, r, job.ReasonInfra, why)
+	}
 	sess, err := w.session(ctx, r)
 	if err != nil {
 		return w.infraFail(ctx, r, err)
 	}
 	r.sess = sess
+	stopBroker := w.serveBroker(ctx, r, sess)
+	defer stopBroker()
 	r.io = w.newRunIO(r)
 	defer r.io.end("") // no end marker unless finish gave one
 	if r.spec.Volume != nil {
@@ -153,6 +158,7 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	if err := w.traced(ctx, "paddock.files.place", len(r.spec.Files) > 0, func(ctx context.Context) error {
 		return w.placeFiles(ctx, r, sess)
 	}); err != nil {
+		stopBroker()
 		return w.filesFailed(ctx, r, sess, err)
 	}
 	hres, err := w.heal(ctx, r, sess)
@@ -165,6 +171,7 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 			r.res.Refused = append(r.res.Refused, job.Refusal{Path: strings.Join(r.spec.Artifacts, " "), Reason: "not collected: " + cerr.Error()})
 		}
 	}
+	stopBroker()
 	return w.conclude(ctx, r, sess, hres, err)
 }
 

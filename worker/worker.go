@@ -61,6 +61,11 @@ type Config struct {
 	KeyPrefix string
 	// Volumes guards shared volumes (nil: jobs may not request one).
 	Volumes VolumeGuard
+	// Broker serves the grants of jobs that name some (spec.grants) on
+	// their boxes' broker sockets; the sandbox runtime must make them
+	// (sandbox.Config.BrokerSocket). Nil: no secrets broker, and a job
+	// naming a grant ends as infra without running.
+	Broker Broker
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
 	// Healer runs each job's command under the self-healing loop (default:

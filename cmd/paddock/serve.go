@@ -135,6 +135,10 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	if auto {
 		autoSlots = fleetSlots(s.rdb, asynq.NewInspectorFromRedisClient(s.rdb))
 	}
+	fb, err := cf.loadBroker(ctx, false, obs, log)
+	if err != nil {
+		return nil, err
+	}
 	ac := asynq.NewClientFromRedisClient(s.rdb)
 	// Queue gauges cost Redis calls per scrape: the schedulers export them,
 	// not every worker.
@@ -145,7 +149,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
 		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
 		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName), Tenants: tenants,
-		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: sf.streams()})
+		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: sf.streams(), Grants: fb.checker()})
 }
 
 // readiness checks that a service's NATS connection and Redis answer.
@@ -232,7 +236,7 @@ func workerCmd(g *globals) *cobra.Command {
 			}
 			defer obs.stop()
 			s.st.SetMetrics(obs.metrics)
-			w, err := newWorker(s.rdb, s.js, d, s.st, &wf, &cf, obs, g.logger)
+			w, err := newWorker(ctx, s.rdb, s.js, d, s.st, &wf, &cf, obs, g.logger)
 			if err != nil {
 				return err
 			}
@@ -417,7 +421,7 @@ func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Cl
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorker(s.rdb, wjs, d, s.st, &f.wf, &f.cf, obs, log)
+	w, err := newWorker(ctx, s.rdb, wjs, d, s.st, &f.wf, &f.cf, obs, log)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -118,6 +119,31 @@ type capsFlags struct {
 	volumes                  bool
 	allowInstall             bool
 	keepOutput               bool
+	// broker: the secrets broker's flags, and the broker they load (once
+	// per process: `up` runs the scheduler and the worker on one).
+	broker   brokerFlags
+	brokerMu sync.Mutex
+	fleetBrk *fleetBroker
+}
+
+// loadBroker returns this process's secrets broker (nil without
+// --broker-policy), loading it on first use; serve (a worker) also starts
+// the serving side.
+func (c *capsFlags) loadBroker(ctx context.Context, serve bool, obs *observability, log *slog.Logger) (*fleetBroker, error) {
+	c.brokerMu.Lock()
+	defer c.brokerMu.Unlock()
+	if c.fleetBrk == nil {
+		f, err := startBroker(ctx, &c.broker, serve, obs, log)
+		if err != nil || f == nil {
+			return nil, err
+		}
+		c.fleetBrk = f
+	} else if serve && c.fleetBrk.b == nil {
+		if err := c.fleetBrk.startServing(ctx, obs); err != nil {
+			return nil, err
+		}
+	}
+	return c.fleetBrk, nil
 }
 
 func (c *capsFlags) register(fs *pflag.FlagSet) {
@@ -131,6 +157,7 @@ func (c *capsFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.allowInstall, "allow-install", false, "let jobs ask for installs of missing tools (heal.allow_install; workers need --package-dir or an install network)")
 	fs.BoolVar(&c.volumes, "volumes", false, "accept jobs that ask for a shared volume (workers need --volume-root)")
 	fs.BoolVar(&c.keepOutput, "keep-output", false, "keep every job's complete output in its tenant's output bucket unless the job says output.keep=false")
+	c.broker.register(fs)
 }
 
 func (c *capsFlags) caps() job.Caps {
@@ -155,6 +182,9 @@ var capsFlag = map[string]string{
 // defaults), naming the flag of each problem and what it allows.
 func (c *capsFlags) validate() error {
 	var probs []string
+	if err := c.broker.check(); err != nil {
+		probs = append(probs, err.Error())
+	}
 	if len(c.images) == 0 {
 		probs = append(probs, "--images: the list is empty; name at least one image (the first is the default)")
 	}
@@ -258,14 +288,18 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&w.maxArtifactMB, "max-artifact-mb", 64, "size of one artifact, MiB (the job's total is 4 times this)")
 }
 
-func newWorker(rdb *redis.Client, js jetstream.JetStream, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
+func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
 	id := wf.id
 	if id == "" {
 		id = defaultWorkerID()
 	}
+	fb, err := cf.loadBroker(ctx, true, obs, log)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
 		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
-		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log})
+		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +310,7 @@ func newWorker(rdb *redis.Client, js jetstream.JetStream, d *client.Client, stor
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
 		Artifacts: worker.ArtifactCaps{MaxFiles: wf.artifacts.MaxFiles, MaxFileBytes: wf.maxArtifactMB << 20, MaxTotalBytes: 4 * wf.maxArtifactMB << 20},
+		Broker:    fb.server(),
 	}
 	if wf.outputRateMB == 0 {
 		cfg.OutputRate = -1

@@ -19,7 +19,7 @@ import (
 
 type submitFlags struct {
 	file, id, image, queue, workdir, heal, output, volume, spanFile string
-	env, labels                                                     []string
+	env, labels, grants                                             []string
 	memoryMB, pids                                                  int64
 	cpus                                                            float64
 	wait, allowInstall                                              bool
@@ -43,6 +43,7 @@ results and prints them instead.
   paddock submit --image paddock/sandbox:latest --memory-mb 256 --timeout 10s -- 'python3 -c "print(2**10)"'
   paddock submit --wait --file jobs.jsonl          # one JSON spec per line
   paddock submit --in 10m -- 'make nightly'        # delayed: starts in 10 minutes (or --at RFC3339)
+  paddock submit --wait --grant github-read -- 'curl -s --unix-socket /.paddock/broker.sock http://github-read/repos/x/y'
   paddock submit --follow --keep-output --in-file data.csv:in/data.csv --artifact 'out/**' -- 'python3 run.py'
   cat jobs.jsonl | paddock submit --file - --wait --output json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -67,6 +68,7 @@ results and prints them instead.
 	fs.StringVar(&f.volume, "volume", "", "shared volume NAME or NAME:ro, mounted at /workspace (rw takes the volume's lock)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=value for the job (repeatable)")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label key=value (repeatable)")
+	fs.StringArrayVar(&f.grants, "grant", nil, "secrets broker grant the job may use through /.paddock/broker.sock (repeatable; docs/broker.md)")
 	fs.Int64Var(&f.memoryMB, "memory-mb", 0, "memory limit in MiB")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit")
 	fs.Int64Var(&f.pids, "pids", 0, "process limit")
@@ -110,7 +112,7 @@ func (f *submitFlags) specs(cmd *cobra.Command, args []string) ([]job.Spec, erro
 	if len(args) == 0 {
 		return nil, errors.New("no command: paddock submit [flags] -- 'command' (or --file jobs.jsonl)")
 	}
-	s := job.Spec{ID: f.id, Command: strings.Join(args, " "), Image: f.image, Queue: f.queue, Workdir: f.workdir}
+	s := job.Spec{ID: f.id, Command: strings.Join(args, " "), Image: f.image, Queue: f.queue, Workdir: f.workdir, Grants: f.grants}
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {

@@ -77,15 +77,22 @@ func gatewayAddr(t *testing.T) string {
 
 func startUp(t *testing.T) *devStack {
 	t.Helper()
+	return startUpWith(t)
+}
+
+// startUpWith starts `paddock up` with extra flags (a repeated list flag
+// such as --images adds to the list).
+func startUpWith(t *testing.T, extra ...string) *devStack {
+	t.Helper()
 	testsvc.RequireImage(t, testsvc.Docker(t), testsvc.TestImage)
 	s := &devStack{dir: t.TempDir(), natsURL: "nats://" + freeAddr(t), stderr: &syncBuffer{}}
 	ready := filepath.Join(s.dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"up", "--data-dir", s.dir, "--nats-url", s.natsURL, "--redis-url", "redis://" + freeAddr(t),
+		done <- run(ctx, append([]string{"up", "--data-dir", s.dir, "--nats-url", s.natsURL, "--redis-url", "redis://" + freeAddr(t),
 			"--ready-file", ready, "--concurrency", "2", "--pool-size", "1", "--init-path", initBinary(t),
-			"--images", testsvc.TestImage, "--gateway-addr", gatewayAddr(t)}, &syncBuffer{}, s.stderr)
+			"--images", testsvc.TestImage, "--gateway-addr", gatewayAddr(t)}, extra...), &syncBuffer{}, s.stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -25,7 +25,7 @@ RUN printf '%s\n' \
         >/etc/dpkg/dpkg.cfg.d/paddock-nodoc \
  && apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        bash coreutils python3 jq gawk procps ca-certificates \
+        bash coreutils python3 jq gawk procps ca-certificates curl \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 1000 sandbox \

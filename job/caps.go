@@ -54,12 +54,13 @@ const (
 )
 
 // MinPids is the floor of the pids limit, measured: paddock-init holds 13
-// threads (its Go runtime, started before any job), and bash with a
-// two-command pipeline needs 3 more; at 14 a plain `echo hi | cat` is
-// refused a fork, below 12 init cannot start its threads. Spec validation
-// rejects less, and Caps.Validate refuses a default or cap below it. The
-// memory floor is MinMemoryMB (validate.go).
-const MinPids = 16
+// threads at rest (its Go runtime, started before any job), and its
+// runtime may start another few under a loaded host (a pipeline at a floor
+// of 16 was refused a fork on a busy 2-core machine); bash with a
+// two-command pipeline needs 3. 20 leaves init 4 threads of margin. Spec
+// validation rejects less, and Caps.Validate refuses a default or cap below
+// it. The memory floor is MinMemoryMB (validate.go).
+const MinPids = 20
 
 // WithDefaults returns c with every zero field filled.
 func (c Caps) WithDefaults() Caps { return c.withDefaults() }

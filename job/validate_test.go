@@ -205,10 +205,10 @@ func TestValidateRejects(t *testing.T) {
 		{"cpus above cap", withCmd(`"limits":{"cpus":2.5}`), fuzzCaps, "limits.cpus", "2.5 is out of range; allowed 0.01..2"},
 		{"cpus above operator cap", withCmd(`"limits":{"cpus":1.5}`), lowCaps, "limits.cpus", "allowed 0.01..1"},
 		{"cpus huge", withCmd(`"limits":{"cpus":1e400}`), fuzzCaps, "limits.cpus", "out of range"},
-		{"pids 0", withCmd(`"limits":{"pids":0}`), fuzzCaps, "limits.pids", "0 is out of range; allowed 16..512"},
-		{"pids below floor", withCmd(`"limits":{"pids":8}`), fuzzCaps, "limits.pids", "8 is below the floor of 16 (the sandbox's init and a shell need 16 processes); allowed 16..512"},
-		{"pids above cap", withCmd(`"limits":{"pids":513}`), fuzzCaps, "limits.pids", "allowed 16..512"},
-		{"pids above operator cap", withCmd(`"limits":{"pids":101}`), lowCaps, "limits.pids", "allowed 16..100"},
+		{"pids 0", withCmd(`"limits":{"pids":0}`), fuzzCaps, "limits.pids", "0 is out of range; allowed 20..512"},
+		{"pids below floor", withCmd(`"limits":{"pids":8}`), fuzzCaps, "limits.pids", "8 is below the floor of 20 (the sandbox's init and a shell need 20 processes); allowed 20..512"},
+		{"pids above cap", withCmd(`"limits":{"pids":513}`), fuzzCaps, "limits.pids", "allowed 20..512"},
+		{"pids above operator cap", withCmd(`"limits":{"pids":101}`), lowCaps, "limits.pids", "allowed 20..100"},
 		{"command timeout 0", withCmd(`"limits":{"command_timeout_s":0}`), fuzzCaps, "limits.command_timeout_s", "0 is out of range; allowed 1..300 s"},
 		{"command timeout above cap", withCmd(`"limits":{"command_timeout_s":301}`), fuzzCaps, "limits.command_timeout_s", "allowed 1..300 s"},
 		{"command timeout above operator cap", withCmd(`"limits":{"command_timeout_s":61}`), lowCaps, "limits.command_timeout_s", "allowed 1..60 s"},
@@ -337,7 +337,7 @@ var acceptedDocs = []string{
 	  "limits":{"memory_mb":1024,"cpus":1.5,"pids":128,"command_timeout_s":60,"job_timeout_s":600,"output_bytes":65536,"tmpfs_mb":128},
 	  "heal":{"mode":"llm","max_attempts":3,"allow_install":true,"retry_resource_kills":true},
 	  "volume":{"name":"cache.v1","mode":"ro"},"submitted_at":"2026-01-02T03:04:05.123456789+02:00"}`,
-	`{"command":"x","limits":{"memory_mb":6,"cpus":0.01,"pids":16,"command_timeout_s":1,"job_timeout_s":1,"output_bytes":1,"tmpfs_mb":1}}`,
+	`{"command":"x","limits":{"memory_mb":6,"cpus":0.01,"pids":20,"command_timeout_s":1,"job_timeout_s":1,"output_bytes":1,"tmpfs_mb":1}}`,
 	`{"command":"x","limits":{"memory_mb":2048,"cpus":2,"pids":512,"command_timeout_s":300,"job_timeout_s":3600,"output_bytes":16777216,"tmpfs_mb":1024}}`,
 	`{"command":"x","limits":{"job_timeout_s":10}}`,
 	`{"command":"x","grants":["github-read","a","` + strings.Repeat("b", 63) + `"]}`,
@@ -463,11 +463,11 @@ func TestFieldErrors(t *testing.T) {
 	_, err := decodeAndValidate(`{"command":"","limits":{"pids":0}}`, Caps{})
 	want := []FieldError{
 		{Field: "command", Message: "must not be empty; allowed 1..65536 bytes"},
-		{Field: "limits.pids", Message: "0 is out of range; allowed 16..512"},
+		{Field: "limits.pids", Message: "0 is out of range; allowed 20..512"},
 	}
 	assert.Equal(t, want, FieldErrors(err))
 	assert.Equal(t, want, FieldErrors(fmt.Errorf("scheduler: %w", err)), "found through wrapping")
-	assert.Equal(t, "limits.pids: 0 is out of range; allowed 16..512", want[1].Error())
+	assert.Equal(t, "limits.pids: 0 is out of range; allowed 20..512", want[1].Error())
 
 	other := errors.New("redis: down")
 	assert.Equal(t, []FieldError{{Field: "spec", Message: "redis: down"}}, FieldErrors(other))

@@ -171,6 +171,12 @@ func TestBrokerEndToEnd(t *testing.T) {
 	assert.Contains(t, up.auth, "Bearer "+canary, "the broker injected the secret")
 	up.mu.Unlock()
 
+	// A job without grants finds its socket closed.
+	none := submitSpec(t, s, job.Spec{ID: "brk-none", Image: debianImage,
+		Command: "test -S /.paddock/broker.sock && echo socket; curl -sS --max-time 5 --unix-socket /.paddock/broker.sock http://upstream/repos/x/y; echo exit=$?"})
+	assert.Equal(t, "socket\nexit=7\n", none.Stdout.Text, "connection refused: %s", none.Stderr.Text)
+	assert.Nil(t, none.Broker)
+
 	// A failing job healed by the LLM: its prompt holds the job's output,
 	// never the secret.
 	heal := job.Spec{ID: "brk-heal", Image: debianImage, Grants: []string{"upstream"}, Heal: &job.HealPolicy{Mode: job.HealLLM},

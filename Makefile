@@ -40,7 +40,7 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
 
-.PHONY: inspector bench-agent
+.PHONY: inspector bench-agent ui-test
 
 # The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),
 # which cmd/paddock/inspector_test.go runs; npm ci only when node_modules is
@@ -52,6 +52,11 @@ inspector: setup ## Install the pinned MCP Inspector CLI (npm ci) when missing o
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >/dev/null; }
 	@if [ ! -d $(INSPECTOR_DIR)/node_modules ] || [ $(INSPECTOR_DIR)/node_modules -ot $(INSPECTOR_DIR)/package-lock.json ]; then \
 	  npm ci --prefix $(INSPECTOR_DIR) --no-audit --no-fund && touch $(INSPECTOR_DIR)/node_modules; fi
+
+ui-test: setup ## The dashboard's browser test alone (headless chromium), screenshots in bench/out/ui/
+	@scripts/build-images.sh test
+	PADDOCK_UI_SHOTS=bench/out/ui $(GO) test ./cmd/paddock -run TestDashboardInBrowser -count=1 -v -timeout $(TEST_TIMEOUT)
+	@ls bench/out/ui/*.png
 
 bench-agent: setup images ## Agent token economy: the bash tool's capped answers against tools that return everything
 	PADDOCK_BENCH_AGENT=1 $(GO) test ./gateway -run TestAgentBench -count=1 -v -timeout $(TEST_TIMEOUT)

@@ -94,6 +94,10 @@ func newFleet(t *testing.T, mod func(*Config)) *fleet {
 	require.NoError(t, err)
 	require.NoError(t, canc.Start(ctx))
 	t.Cleanup(canc.Stop)
+	lister, err := scheduler.NewLister(nc, store, scheduler.ListerConfig{})
+	require.NoError(t, err)
+	require.NoError(t, lister.Start(ctx))
+	t.Cleanup(lister.Stop)
 
 	owner := testsvc.Unique("gw")
 	x, err := results.NewIO(js, results.IOConfig{})

@@ -94,6 +94,16 @@ type Config struct {
 	// SessionMaxBytes is the byte quota of its workspace (default 256 MiB).
 	SessionIdleTTL  time.Duration
 	SessionMaxBytes int64
+
+	// Spans, optional, returns the spans of the traces of job id, of any
+	// tenant (GET /v1/jobs/{id}/trace keeps only the caller's, and answers
+	// only for a job the caller's list has); cmd reads the span file
+	// (telemetry.ReadSpans). Without it the trace endpoint answers 503.
+	Spans func(ctx context.Context, jobID string) ([]Span, error)
+	// Fleet, optional, returns the fleet view of GET /v1/fleet (workers,
+	// queues, reasons over time: fleet-wide facts, never a job id or name);
+	// its value is encoded as JSON. Without it the endpoint answers 503.
+	Fleet func(ctx context.Context) (any, error)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -170,6 +180,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	g.routes(mux)
 	mux.Handle("/mcp", g.mcpHTTP())
+	g.uiRoutes(mux) // the dashboard: /, /ui/… (ui.go)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

@@ -63,6 +63,10 @@ type apiRoute struct {
 var apiRoutes = []apiRoute{
 	{method: http.MethodGet, pattern: "/v1/openapi.json", public: true, serve: (*Gateway).getOpenAPI},
 	{method: http.MethodPost, pattern: "/v1/jobs", kind: kindWait, serve: (*Gateway).submitJob},
+	{method: http.MethodGet, pattern: "/v1/jobs", serve: (*Gateway).listJobs},
+	{method: http.MethodGet, pattern: "/v1/events", kind: kindStream, serve: (*Gateway).jobEvents},
+	{method: http.MethodGet, pattern: "/v1/jobs/{id}/trace", serve: (*Gateway).jobTrace},
+	{method: http.MethodGet, pattern: "/v1/fleet", serve: (*Gateway).fleet},
 	{method: http.MethodGet, pattern: "/v1/jobs/{id}", kind: kindWait, serve: (*Gateway).getJob},
 	{method: http.MethodDelete, pattern: "/v1/jobs/{id}", serve: (*Gateway).cancelJob},
 	{method: http.MethodGet, pattern: "/v1/jobs/{id}/events", kind: kindStream, serve: (*Gateway).followJob},
@@ -167,6 +171,13 @@ func (g *Gateway) deadline(w http.ResponseWriter, r *http.Request, kind routeKin
 // when it answered the request itself (401, 429 or 503).
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
 	token, ok := bearerToken(r.Header.Get("Authorization"))
+	if !ok {
+		// The dashboard's login cookie (ui.go), with its CSRF check.
+		var answered bool
+		if token, ok, answered = sessionToken(w, r); answered {
+			return Identity{}, false
+		}
+	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="paddock"`)
 		writeError(w, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized,

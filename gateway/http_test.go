@@ -244,7 +244,7 @@ func TestAPIRoutingErrors(t *testing.T) {
 		code, allow  string
 	}{
 		{http.MethodGet, "/v1/nothing", http.StatusNotFound, codeNotFound, ""},
-		{http.MethodPut, "/v1/jobs", http.StatusMethodNotAllowed, codeMethodNotAllowed, "POST"},
+		{http.MethodPut, "/v1/jobs", http.StatusMethodNotAllowed, codeMethodNotAllowed, "POST, GET"},
 		{http.MethodPost, "/v1/jobs/j1", http.StatusMethodNotAllowed, codeMethodNotAllowed, "GET, DELETE"},
 	} {
 		req, err := http.NewRequest(tc.method, base+tc.path, nil)

@@ -127,7 +127,8 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 // (r, completed with V, State and FinishedAt and bounded to MaxResultBytes,
 // when first is true; the earlier one, unchanged, when first is false) and
 // then always publishes the stored result on job.ResultSubject(tenant, id), so that
-// calling Record again repairs a publish lost in a crash. On a publish
+// calling Record again repairs a publish lost in a crash. The job index
+// (index.go) takes the stored result's state, one more round trip. On a publish
 // failure the error wraps ErrNotPublished (and ErrStreamFull when JetStream
 // had no room) and stored/first are still valid.
 func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, first bool, err error) {
@@ -152,6 +153,7 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 	if err := json.Unmarshal([]byte(raw), &stored); err != nil {
 		return job.Result{}, false, fmt.Errorf("results: stored result of %s is corrupt: %w", r.ID, err)
 	}
+	s.index(ctx, finalWrite(stored)) // index.go: the stored result, whichever Record wrote it
 	if err := s.publish(ctx, stored, []byte(raw)); err != nil {
 		s.markUnpublished(ctx, r.Key()) // republish.go
 		return stored, first, fmt.Errorf("%w: %s: %w", ErrNotPublished, r.ID, err)
@@ -276,20 +278,26 @@ func (s *Store) Get(ctx context.Context, key string) (job.Result, error) {
 }
 
 // BeginRun counts one more start of the job and returns the run number
-// (1 for the first start). The counter expires after the retention.
+// (1 for the first start). The counter expires after the retention. It
+// also marks the job running in the job index (index.go), in the same
+// round trip; an index failure is logged, never returned.
 func (s *Store) BeginRun(ctx context.Context, key string) (int, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	rk := s.key("runs", key)
 	var incr *redis.IntCmd
+	var idx *redis.Cmd
+	iw := s.runningWrite(key) // index.go: the job is running, in the same round trip
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		incr = p.Incr(ctx, rk)
 		p.PExpire(ctx, rk, s.cfg.Retention)
+		idx = s.indexInPipe(ctx, p, iw)
 		return nil
 	})
-	if err != nil {
+	if incr.Err() != nil || err != nil && idx.Err() == nil {
 		return 0, fmt.Errorf("results: begin run %s: %w", key, err)
 	}
+	s.settleIndex(ctx, idx, iw)
 	return int(incr.Val()), nil
 }
 

@@ -274,6 +274,9 @@ func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effectiv
 		asynq.MaxRetry(s.cfg.MaxRetry),
 		asynq.Timeout(eff.JobTimeout + TaskTimeoutMargin),
 		asynq.Retention(s.cfg.TaskRetention)}, delayOpts...)...)
+	if err == nil {
+		s.indexQueued(ctx, spec, queuedAt) // list.go: the job list shows it queued
+	}
 	return err
 }
 

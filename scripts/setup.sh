@@ -39,8 +39,10 @@ readonly LOCK_FILE=/run/lock/paddock-setup.lock
 #                   drives against `paddock up`; its npm is installed by `make
 #                   inspector` when none is on PATH (not listed here: NodeSource's
 #                   nodejs bundles npm and conflicts with Debian's npm package)
+#   chromium        the headless browser cmd/paddock/ui_test.go drives (chromedp)
+#                   against the dashboard of a real `paddock up` (make ui-test)
 readonly BASE_PACKAGES=(docker.io docker-compose redis-server busybox-static bash-static mmdebstrap
-	ca-certificates cgroupfs-mount gcc libc6-dev nodejs curl)
+	ca-certificates cgroupfs-mount gcc libc6-dev nodejs curl chromium)
 
 # The Go toolchain is not a Debian package of the right version: it is
 # checked, not installed.

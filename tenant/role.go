@@ -100,7 +100,7 @@ func gatewayGrant() Grant {
 // kvStream is the stream behind a KV bucket.
 func kvStream(bucket string) string { return "KV_" + bucket }
 
-// tenantGrant is the grant of tenant t: submit and cancel as t, read t's
+// tenantGrant is the grant of tenant t: submit, cancel and list jobs as t, read t's
 // results (live, and the last one of a job by a JetStream direct get), t's
 // live output, and replies on t's own inbox prefix (job.InboxPrefix; the
 // tenant's connections must use it: nats.CustomInboxPrefix).
@@ -116,6 +116,7 @@ func tenantGrant(t string) Grant {
 		job.SubmitSubject(t),
 		job.CancelRequestSubject(t),
 		"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
+		job.JobsRequestSubject(t),
 	}
 	for _, st := range []string{job.OutputStream(t), objStream(job.OutBucket(t)), objStream(job.InBucket(t))} {
 		pub = append(pub, streamReader(st)...)

@@ -19,10 +19,10 @@ func TestTenantGrantIsExactlyItsSubjects(t *testing.T) {
 	p, err := tenant.Permissions(tenant.RoleTenant, "dev")
 	require.NoError(t, err)
 	assert.Subset(t, []string(p.Pub.Allow), []string{"paddock.jobs.submit.dev", "paddock.api.cancel.dev",
-		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>"})
+		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>", "paddock.api.jobs.dev"})
 	// Everything else is about dev's own output stream and buckets.
 	own := []string{"PADDOCK_OUTPUT_dev", "OBJ_paddock_out_dev", "OBJ_paddock_in_dev", "$O.paddock_in_dev."}
-	for _, s := range p.Pub.Allow[3:] {
+	for _, s := range p.Pub.Allow[4:] {
 		assert.True(t, slices.ContainsFunc(own, func(o string) bool { return strings.Contains(s, o) }), s)
 	}
 	assert.ElementsMatch(t, []string{"_INBOX.dev.>", "paddock.results.dev.>", "paddock.output.dev.>"}, []string(p.Sub.Allow))
@@ -40,7 +40,7 @@ func TestTenantGrantReachesNoOtherTenant(t *testing.T) {
 	require.NoError(t, err)
 	for _, other := range []string{"devx", "de", "other"} {
 		for _, s := range []string{
-			job.SubmitSubject(other), job.ResultSubject(other, "a"), job.OutputSubject(other, "a"),
+			job.SubmitSubject(other), job.ResultSubject(other, "a"), job.OutputSubject(other, "a"), job.JobsRequestSubject(other),
 			"$JS.API.STREAM.INFO." + job.OutputStream(other),
 			"$JS.API.CONSUMER.CREATE." + job.OutputStream(other) + ".c.paddock.output." + other + ".a",
 			"$JS.API.CONSUMER.MSG.NEXT.OBJ_" + job.OutBucket(other) + ".c",

@@ -11,17 +11,23 @@ import (
 )
 
 // startControl starts what runs next to every scheduler besides intake:
-// the cancel responder (cancel.go), the periodic-job ticker (periodic.go)
-// the sweeper that records `infra` for jobs the queue gave up on without a
-// result, and the republisher of results stored while NATS was down. stop
-// stops them, intake-first.
+// the cancel responder (cancel.go), the job list responder (dashboard.go),
+// the periodic-job ticker (periodic.go), the sweeper that records `infra`
+// for jobs the queue gave up on without a result, and the republisher of
+// results stored while NATS was down. stop stops them, intake-first.
 func startControl(ctx context.Context, s *stack, cf *capsFlags, pf *periodicFlags, log *slog.Logger) (stop func(), err error) {
 	canc, err := startCanceler(ctx, s, cf, log)
 	if err != nil {
 		return nil, err
 	}
+	lister, err := startLister(ctx, s, log) // dashboard.go
+	if err != nil {
+		canc.Stop()
+		return nil, err
+	}
 	stopTicker, err := pf.start(ctx, s, log)
 	if err != nil {
+		lister.Stop()
 		canc.Stop()
 		return nil, err
 	}
@@ -32,6 +38,7 @@ func startControl(ctx context.Context, s *stack, cf *capsFlags, pf *periodicFlag
 	}
 	if err != nil {
 		stopTicker()
+		lister.Stop()
 		canc.Stop()
 		return nil, err
 	}
@@ -39,6 +46,7 @@ func startControl(ctx context.Context, s *stack, cf *capsFlags, pf *periodicFlag
 	_ = rp.Start(ctx)
 	return func() {
 		stopTicker()
+		lister.Stop()
 		canc.Stop()
 		sw.Stop()
 		rp.Stop()

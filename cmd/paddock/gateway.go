@@ -178,6 +178,7 @@ func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn,
 	}, client.Config{Logger: log})
 	cfg := f.config()
 	cfg.Auth, cfg.Clients, cfg.Sessions, cfg.Logger = tokenAuth(toks), pool, sessions, log
+	dashboardHooks(ctx, g, js, &cfg, log) // dashboard.go: traces and the fleet view
 	gw, err := gateway.New(cfg)
 	if err == nil {
 		err = gw.Start(ctx)

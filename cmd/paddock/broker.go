@@ -91,7 +91,11 @@ func startBroker(ctx context.Context, bf *brokerFlags, serve bool, obs *observab
 		}
 	}
 	f.log.Info("secrets broker policy loaded", "policy", bf.policy, "serving", serve, "secrets", len(pol.Secrets()))
-	go f.reloadOnHUP(ctx)
+	// Registered before returning: a SIGHUP from now on reloads, never
+	// ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go f.reloadOnHUP(ctx, hup)
 	return f, nil
 }
 
@@ -159,9 +163,7 @@ func brokerHTTPClient(caFile string) (*http.Client, error) {
 
 // reloadOnHUP reads the secrets, then the policy, again on every SIGHUP; a
 // failed reload keeps what was in force.
-func (f *fleetBroker) reloadOnHUP(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+func (f *fleetBroker) reloadOnHUP(ctx context.Context, hup chan os.Signal) {
 	defer signal.Stop(hup)
 	for {
 		select {

@@ -27,6 +27,13 @@ const (
 	// it with CancelSubject. Only the fleet's services use it.
 	SubjectCancelPrefix = "paddock.cancel."
 
+	// SubjectWakePrefix + queue tells idle workers that a job was just
+	// enqueued on that queue (core NATS, no payload); build it with
+	// WakeSubject. Only the scheduler publishes it, only workers read it: a
+	// lost wake-up costs latency (the worker's idle poll finds the job),
+	// never a job.
+	SubjectWakePrefix = "paddock.wake."
+
 	// HeaderMsgID is JetStream's de-duplication header; Paddock sets it to
 	// the job id (each tenant's stream dedupes on its own).
 	HeaderMsgID = "Nats-Msg-Id"
@@ -54,6 +61,9 @@ func ResultSubject(tenant, id string) string {
 // CancelSubject is the subject the fleet notifies a cancel of the job with
 // this Key on.
 func CancelSubject(key string) string { return SubjectCancelPrefix + subjectSuffix(key) }
+
+// WakeSubject is the subject of the wake-ups of a queue.
+func WakeSubject(queue string) string { return SubjectWakePrefix + queue }
 
 // ParseResultSubject returns the tenant and job id a result subject belongs
 // to (the inverse of ResultSubject), or false when subject is not one.

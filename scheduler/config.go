@@ -38,6 +38,10 @@ type Config struct {
 	// tenant's; nil: the fleet runs no broker and a job naming a grant is
 	// rejected.
 	Grants GrantChecker
+	// NoWakeups: do not publish a wake-up (job.WakeSubject) after each
+	// enqueue. Workers with wake-ups on then find a job at their idle poll
+	// (--task-check-interval, 1 s) instead of at once.
+	NoWakeups bool
 	// Consumer is the durable consumer name shared by all schedulers.
 	// Default job.ConsumerSchedulers.
 	Consumer string

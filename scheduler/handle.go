@@ -275,9 +275,24 @@ func (s *Scheduler) enqueue(ctx context.Context, spec job.Spec, eff job.Effectiv
 		asynq.Timeout(eff.JobTimeout + TaskTimeoutMargin),
 		asynq.Retention(s.cfg.TaskRetention)}, delayOpts...)...)
 	if err == nil {
+		if len(delayOpts) == 0 {
+			s.wake(spec.Queue)
+		}
 		s.indexQueued(ctx, spec, queuedAt) // list.go: the job list shows it queued
 	}
 	return err
+}
+
+// wake tells idle workers that queue has a job (job.WakeSubject; the
+// worker's wake.go). Fire and forget: a lost wake-up is found by the
+// workers' idle poll.
+func (s *Scheduler) wake(queue string) {
+	if s.cfg.NoWakeups {
+		return
+	}
+	if nc := s.js.Conn(); nc != nil {
+		_ = nc.Publish(job.WakeSubject(queue), nil)
+	}
 }
 
 // reject records the `rejected` result of an invalid submission.

@@ -72,7 +72,7 @@ var serviceGrants = map[Role]Grant{
 		// $O.> and $JS.FC.>: Object Store chunks (kept output, artifacts)
 		// and the flow control of reading input files.
 		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>", "$O.>", "$JS.FC.>"},
-		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">"},
+		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">", job.SubjectWakePrefix + ">"},
 	},
 	RoleGateway: gatewayGrant(),
 	RoleAdmin:   {Pub: []string{">"}, Sub: []string{">"}},

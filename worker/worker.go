@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -50,7 +53,16 @@ type Config struct {
 	StrictPriority bool
 	// TaskCheckInterval is how often an idle worker polls Redis (default
 	// 100 ms; asynq's 1 s default adds up to a second to an idle fleet).
+	// With Wakeups it is the backstop instead: how long a queue found empty
+	// goes unasked without a wake-up (default 1 s).
 	TaskCheckInterval time.Duration
+	// Wakeups: the caller calls Wake for every job enqueued (cmd/paddock
+	// subscribes to job.WakeSubject), and an idle worker asks Redis for a
+	// queue's jobs only when woken, or after TaskCheckInterval (wake.go).
+	Wakeups bool
+	// DelayedTaskCheckInterval is how often delayed jobs and queue retries
+	// are moved to their queue (default 1 s without Wakeups, 2 s with).
+	DelayedTaskCheckInterval time.Duration
 	// ShutdownTimeout is the drain grace on Stop (default 30 s): running
 	// jobs may finish within it; then their containers are killed and
 	// their tasks re-queued.
@@ -127,6 +139,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TaskCheckInterval == 0 {
 		c.TaskCheckInterval = 100 * time.Millisecond
+		if c.Wakeups {
+			c.TaskCheckInterval = time.Second
+		}
+	}
+	if c.DelayedTaskCheckInterval == 0 {
+		c.DelayedTaskCheckInterval = time.Second
+		if c.Wakeups {
+			c.DelayedTaskCheckInterval = 2 * time.Second
+		}
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -185,7 +206,8 @@ type Worker struct {
 	mu      sync.Mutex
 	srv     *asynq.Server
 	running bool
-	drain   drainer // running handlers; cuts them at the end of the grace (drain.go)
+	drain   drainer              // running handlers; cuts them at the end of the grace (drain.go)
+	gate    atomic.Pointer[gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
@@ -235,20 +257,27 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: heartbeat: %w", err)
 	}
 	_ = w.reap.Start(ctx)
-	srv := asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+	var rdb redis.UniversalClient = w.rdb
+	check := w.cfg.TaskCheckInterval
+	if w.cfg.Wakeups {
+		g := newGate(w.cfg.TaskCheckInterval, slices.Collect(maps.Keys(w.cfg.Queues))) // a fresh one: Stop closed the last
+		w.gate.Store(g)
+		rdb, check = gatedClient{UniversalClient: w.rdb, g: g}, gatedRoundGap
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       w.cfg.Concurrency,
 		Queues:            w.cfg.Queues,
 		StrictPriority:    w.cfg.StrictPriority,
-		TaskCheckInterval: w.cfg.TaskCheckInterval,
+		TaskCheckInterval: check,
 		ShutdownTimeout:   w.cfg.ShutdownTimeout + drainKillMargin, // see drain.go
 		RetryDelayFunc:    retryDelay,
 		Logger:            asynqLogger{w.log.With("component", "asynq")},
 		LogLevel:          asynq.WarnLevel,
 
-		// Delayed jobs and queue retries become runnable within 1 s of
-		// their time (asynq's default 5 s); ~6 Redis scripts/s per idle
-		// worker with three queues. docs/scheduling.md.
-		DelayedTaskCheckInterval: time.Second,
+		// Delayed jobs and queue retries become runnable within 1-2 s of
+		// their time (asynq's default 5 s); two scripts per queue per check.
+		// docs/scheduling.md.
+		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
@@ -278,6 +307,9 @@ func (w *Worker) Stop() {
 	}
 	w.running = false
 	w.drain.begin(w.cfg.ShutdownTimeout)
+	if g := w.gate.Load(); g != nil {
+		g.close() // the processor waiting at the gate sees the shutdown
+	}
 	w.srv.Shutdown()
 	// asynq does not wait for a handler it re-queued: wait until every
 	// handler has destroyed its container before stopping the runtime.

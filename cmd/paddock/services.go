@@ -8,10 +8,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
@@ -246,6 +248,7 @@ type workerFlags struct {
 	runtime         string
 	shutdownTimeout time.Duration
 	taskCheck       time.Duration
+	wakeups         bool
 	skipSelfTest    bool
 	strictPriority  bool
 	outputKillMB    int64
@@ -270,7 +273,8 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.initPath, "init-path", "", "host path of paddock-init (default: next to this binary, else /usr/local/lib/paddock/paddock-init)")
 	fs.StringVar(&w.runtime, "runtime", "", "OCI runtime for sandboxes (runc by default; runsc for gVisor)")
 	fs.DurationVar(&w.shutdownTimeout, "shutdown-timeout", 30*time.Second, "drain grace on SIGTERM before running jobs are killed and re-queued")
-	fs.DurationVar(&w.taskCheck, "task-check-interval", 100*time.Millisecond, "how often an idle worker polls Redis")
+	fs.DurationVar(&w.taskCheck, "task-check-interval", 0, "how often an idle worker polls Redis (default 1s with --wakeups, else 100ms)")
+	fs.BoolVar(&w.wakeups, "wakeups", true, "take a job the moment the scheduler enqueues it (its wake-up on paddock.wake.<queue>), polling Redis only every --task-check-interval when idle")
 	fs.BoolVar(&w.skipSelfTest, "skip-self-test", false, "skip the start-up proof that sandbox limits apply (not for production)")
 	fs.BoolVar(&w.strictPriority, "strict-priority", false, "take a lower queue's jobs only while every higher queue (--queues order) is empty; default: weighted 4:2:1")
 	fs.Int64Var(&w.outputKillMB, "output-kill-mb", 256, "kill a command whose output passes this many MiB (reason output_cap)")
@@ -305,7 +309,7 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 	}
 	cfg := worker.Config{
 		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: job.QueueWeights(cf.queues),
-		TaskCheckInterval: wf.taskCheck, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
+		TaskCheckInterval: wf.taskCheck, Wakeups: wf.wakeups, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
 		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
@@ -336,5 +340,43 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		}
 		cfg.Volumes = g
 	}
-	return worker.New(rdb, rt, store, cfg)
+	var woken atomic.Pointer[worker.Worker]
+	cfg.Wakeups = wf.wakeups && subscribeWakeups(ctx, js.Conn(), &woken, log)
+	w, err := worker.New(rdb, rt, store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	woken.Store(w)
+	return w, nil
+}
+
+// subscribeWakeups feeds the scheduler's wake-ups (job.WakeSubject) to the
+// worker w holds once it is set, and reports whether it could subscribe.
+// The subscription lives as long as the connection. Credentials issued
+// before wake-ups existed do not allow it: the worker then polls as it did
+// before (--task-check-interval, default 100 ms), and says how to fix it.
+func subscribeWakeups(ctx context.Context, nc *nats.Conn, w *atomic.Pointer[worker.Worker], log *slog.Logger) bool {
+	subject := job.SubjectWakePrefix + ">"
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		if wk := w.Load(); wk != nil {
+			wk.Wake(strings.TrimPrefix(m.Subject, job.SubjectWakePrefix))
+		}
+	})
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = nc.FlushWithContext(fctx)
+		cancel()
+		if last := nc.LastError(); last != nil && strings.Contains(last.Error(), subject) {
+			err = last
+		}
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		log.Warn("no wake-ups: this worker polls Redis every --task-check-interval instead (more Redis load, more latency); "+
+			"its NATS user may not subscribe to "+subject+": re-issue creds/worker.creds (delete it, run paddock auth init)", "err", err)
+		return false
+	}
+	return true
 }

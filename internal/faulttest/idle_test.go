@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/telemetry"
 )
 
 // idleRow is one line of the e2e_idle table.
@@ -27,6 +30,9 @@ type idleRow struct {
 	MaxMS             float64            `json:"max_ms"`
 	IdleRedisCmdsPerS float64            `json:"idle_redis_cmds_per_s"`
 	IdleRedisByCmd    map[string]float64 `json:"idle_redis_cmds_per_s_by_command"`
+	// StagesP50MS is each stage's median (stageNames), from the spans.
+	StagesP50MS map[string]float64 `json:"stages_p50_ms"`
+	StagedJobs  int                `json:"staged_jobs"`
 }
 
 // TestE2EIdle measures scenario e2e_idle: NATS submit → result received
@@ -67,8 +73,9 @@ func TestE2EIdle(t *testing.T) {
 
 func measureIdle(t *testing.T, interval string, runs int) idleRow {
 	f := newFleet(t)
-	f.scheduler("sched")
-	f.worker("w1", "--task-check-interval", interval, "--pool-size", "2")
+	spanFile := filepath.Join(f.dir, "spans.jsonl")
+	f.scheduler("sched", "--span-file", spanFile)
+	w := f.worker("w1", "--task-check-interval", interval, "--pool-size", "2", "--span-file", spanFile)
 	ctx := context.Background()
 
 	// Warm up (first container profile, consumer creation), then idle.
@@ -96,21 +103,35 @@ func measureIdle(t *testing.T, interval string, runs int) idleRow {
 	}
 
 	lat := make([]time.Duration, 0, runs)
+	timeline := make([]jobTimeline, 0, runs)
 	for range runs {
 		time.Sleep(time.Second + rand.N(time.Second))
 		start := time.Now()
 		id := f.submit(job.Spec{Command: "echo hi"})
+		acked := time.Now()
 		r := f.result(id, time.Minute)
-		lat = append(lat, time.Since(start))
+		recvd := time.Now()
+		lat = append(lat, recvd.Sub(start))
+		timeline = append(timeline, jobTimeline{id: id, start: start, acked: acked, recvd: recvd})
 		require.Equal(t, "hi\n", r.Stdout.Text)
 	}
+	// The services flush their spans on exit.
+	w.signal(syscall.SIGTERM)
+	_, _ = w.wait(30 * time.Second)
+	f.procs[0].signal(syscall.SIGTERM)
+	_, _ = f.procs[0].wait(30 * time.Second)
+	spans, err := telemetry.ReadSpans(spanFile, "")
+	require.NoError(t, err)
+	perJob := stages(timeline, spans)
 	slices.Sort(lat)
 	ms := func(q float64) float64 {
 		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
 	}
 	row := idleRow{TaskCheckInterval: interval, Runs: runs, P50MS: ms(0.5), P90MS: ms(0.9), P99MS: ms(0.99),
-		MaxMS: float64(lat[len(lat)-1].Microseconds()) / 1000, IdleRedisCmdsPerS: total, IdleRedisByCmd: byCmd}
-	t.Logf("interval %s: p50 %.0f ms, p99 %.0f ms; idle Redis %.1f cmds/s %v", interval, row.P50MS, row.P99MS, total, byCmd)
+		MaxMS: float64(lat[len(lat)-1].Microseconds()) / 1000, IdleRedisCmdsPerS: total, IdleRedisByCmd: byCmd,
+		StagesP50MS: stageMedians(perJob), StagedJobs: len(perJob)}
+	t.Logf("interval %s: p50 %.1f ms, p99 %.1f ms; idle Redis %.1f cmds/s %v; stages p50 (ms, %d jobs) %v",
+		interval, row.P50MS, row.P99MS, total, byCmd, len(perJob), row.StagesP50MS)
 	return row
 }
 

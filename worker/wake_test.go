@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/internal/testsvc"
+)
+
+// gatedServer starts an asynq server over a gatedClient on a real Redis,
+// with a backstop so long that only a wake-up can make it ask Redis again,
+// and returns the gate and the count of tasks handled.
+func gatedServer(t *testing.T, queues ...string) (*gate, *asynq.Client, *atomic.Int64) {
+	t.Helper()
+	rdb := testsvc.StartRedis(t).Client()
+	t.Cleanup(func() { rdb.Close() })
+	weights := map[string]int{}
+	for i, q := range queues {
+		weights[q] = len(queues) - i
+	}
+	g := newGate(time.Hour, queues)
+	srv := asynq.NewServerFromRedisClient(gatedClient{UniversalClient: rdb, g: g}, asynq.Config{
+		Concurrency: 2, Queues: weights, TaskCheckInterval: gatedRoundGap, LogLevel: asynq.ErrorLevel,
+	})
+	var handled atomic.Int64
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("t", func(context.Context, *asynq.Task) error { handled.Add(1); return nil })
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(func() {
+		g.close()
+		srv.Shutdown() // returns only because close ended the wait at the gate
+	})
+	c := asynq.NewClientFromRedisClient(rdb)
+	return g, c, &handled
+}
+
+// waitIdle waits until the gate holds the processor: every queue was asked
+// once and found empty, and a wait began.
+func waitIdle(t *testing.T, g *gate) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, q := range g.queues {
+			if !q.empty {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestWakeGateSeesDequeues fails when asynq's dequeue no longer looks like
+// what dequeueQueue recognizes (an asynq upgrade): the gate would see no
+// dequeue, and the worker would poll Redis every gatedRoundGap.
+func TestWakeGateSeesDequeues(t *testing.T) {
+	g, _, _ := gatedServer(t, "critical", "default", "low")
+	waitIdle(t, g)
+	sent, _, _, _ := g.stats()
+	assert.GreaterOrEqual(t, sent, 3, "each queue was asked once before the gate knew it empty")
+}
+
+// TestWakeGateHoldsIdleWorker: an idle processor asks Redis nothing while
+// every queue is known empty, and a job enqueued without a wake-up waits
+// (for the backstop, an hour here).
+func TestWakeGateHoldsIdleWorker(t *testing.T) {
+	g, c, handled := gatedServer(t, "critical", "default", "low")
+	waitIdle(t, g)
+	sent0, _, _, _ := g.stats()
+	_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("default"))
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // 150 asynq rounds without the gate
+	sent, _, _, _ := g.stats()
+	assert.Equal(t, sent0, sent, "no dequeue reached Redis while every queue was known empty")
+	assert.Zero(t, handled.Load(), "the job was taken without a wake-up")
+}
+
+// TestWakeGateWakeUp: a wake-up of one queue lets the processor through
+// the other known-empty queues (answered by the gate) to that one, which
+// it asks Redis for, and the job runs; a wake-up of a queue the worker does
+// not serve changes nothing.
+func TestWakeGateWakeUp(t *testing.T) {
+	g, c, handled := gatedServer(t, "critical", "default", "low")
+	waitIdle(t, g)
+	g.wake("elsewhere")
+	_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("low"))
+	require.NoError(t, err)
+	g.wake("low")
+	require.Eventually(t, func() bool { return handled.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	_, answered, woken, backstops := g.stats()
+	assert.GreaterOrEqual(t, woken, 1)
+	assert.Zero(t, backstops)
+	assert.Positive(t, answered, "queues known empty were answered by the gate, not Redis")
+
+	// A second job, woken while the processor is anywhere in its round.
+	for i := range 20 {
+		_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue([]string{"critical", "default", "low"}[i%3]))
+		require.NoError(t, err)
+		g.wake([]string{"critical", "default", "low"}[i%3])
+	}
+	require.Eventually(t, func() bool { return handled.Load() == 21 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestWakeGateWakeDuringDequeue: a wake-up that arrives while a dequeue
+// of the queue is in flight (it may have looked before the job was there)
+// makes the next dequeue ask Redis again.
+func TestWakeGateWakeDuringDequeue(t *testing.T) {
+	g := newGate(time.Hour, []string{"q"})
+	ask, n := g.enter(context.Background(), "q")
+	require.True(t, ask)
+	g.wake("q") // the job lands and its wake-up comes before the script's answer
+	g.leave("q", n, false)
+	ask, _ = g.enter(context.Background(), "q")
+	assert.True(t, ask, "the wake-up during the dequeue was lost")
+
+	g.leave("q", n+1, false)
+	done := make(chan bool)
+	go func() { a, _ := g.enter(context.Background(), "q"); done <- a }()
+	select {
+	case <-done:
+		t.Fatal("a known-empty queue was asked without a wake-up")
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.close()
+	assert.True(t, <-done, "close lets a waiting dequeue through")
+}
+
+// TestWakeGateBackstop: without a wake-up, a queue found empty is asked
+// again once the backstop passed.
+func TestWakeGateBackstop(t *testing.T) {
+	g := newGate(50*time.Millisecond, []string{"q"})
+	_, n := g.enter(context.Background(), "q")
+	g.leave("q", n, false)
+	ask, _ := g.enter(context.Background(), "q")
+	assert.True(t, ask)
+	_, _, woken, backstops := g.stats()
+	assert.Zero(t, woken)
+	assert.Equal(t, 1, backstops)
+}
+
+func TestDequeueQueue(t *testing.T) {
+	q, ok := dequeueQueue([]string{"asynq:{default}:pending", "asynq:{default}:paused", "asynq:{default}:active", "asynq:{default}:lease"})
+	assert.True(t, ok)
+	assert.Equal(t, "default", q)
+	for _, keys := range [][]string{
+		{"asynq:{default}:pending", "asynq:{default}:paused", "asynq:{default}:active"},
+		{"asynq:{default}:pending", "asynq:{other}:paused", "asynq:{default}:active", "asynq:{default}:lease"},
+		{"asynq:{default}:scheduled", "asynq:{default}:paused", "asynq:{default}:active", "asynq:{default}:lease"},
+		{"paddock:x", "a", "b", "c"},
+	} {
+		_, ok := dequeueQueue(keys)
+		assert.False(t, ok, "%v", keys)
+	}
+}

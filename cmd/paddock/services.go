@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/client"

@@ -13,15 +13,15 @@ import (
 // test client's clock (submit start, ack, result received) and from the
 // services' spans (--span-file; one host, one clock).
 var stageNames = []string{
-	"publish",       // client: Submit until JetStream acked it
-	"to_scheduler",  // ack → the scheduler's paddock.schedule span starts
-	"schedule",      // paddock.schedule: validate, enqueue (asynq), index
-	"dequeue_wait",  // schedule ends → the worker's "process <queue>" span starts
-	"pre_run",       // process starts → acquire ends: decode, cancel flag, BeginRun, acquire
-	"acquire",       // paddock.sandbox.acquire (inside pre_run)
-	"run",           // acquire ends → the last paddock.attempt ends
-	"record",        // the last attempt ends → the process span ends: record, index, publish
-	"deliver",       // the process span ends → the client has the result
+	"publish",      // client: Submit until JetStream acked it
+	"to_scheduler", // ack → the scheduler's paddock.schedule span starts
+	"schedule",     // paddock.schedule: validate, enqueue (asynq), index
+	"dequeue_wait", // schedule ends → the worker's "process <queue>" span starts
+	"pre_run",      // process starts → acquire ends: decode, cancel flag, BeginRun, acquire
+	"acquire",      // paddock.sandbox.acquire (inside pre_run)
+	"run",          // acquire ends → the last paddock.attempt ends
+	"record",       // the last attempt ends → the process span ends: record, index, publish
+	"deliver",      // the process span ends → the client has the result
 }
 
 // jobTimeline is one job's client-side points.

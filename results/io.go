@@ -44,9 +44,29 @@ const (
 	DefaultMaxKeptBytes = 2 << 30
 	// liveChunk bounds one published chunk.
 	liveChunk = 64 << 10
-	// livePending bounds the unacknowledged chunks of one job.
-	livePending = 4
+	// livePending bounds the unacknowledged chunks of one job: 2 × 64 KiB
+	// in flight keep the default 1 MiB/s going over a round trip of up
+	// to 125 ms, and the bytes held until the server acks stay small.
+	livePending = 2
 )
+
+// liveChunks holds the buffers of buffered live output, each of liveChunk
+// bytes: Write fills one, the publisher hands it to NATS and takes it
+// back once the server acknowledged it (the future holds the message
+// until then). A flood then costs no allocation per chunk, and one job's
+// live output holds at most LiveBuffer/liveChunk + 1 chunks per stream
+// plus livePending in flight.
+var liveChunks = sync.Pool{New: func() any { b := make([]byte, liveChunk); return &b }}
+
+func getChunk() []byte { return (*liveChunks.Get().(*[]byte))[:0] }
+
+// putChunk gives a buffer of getChunk back; the caller holds no part of it.
+func putChunk(b []byte) {
+	if cap(b) == liveChunk {
+		b = b[:0]
+		liveChunks.Put(&b)
+	}
+}
 
 // IO is the worker's side of agent I/O on NATS: live output, kept output,
 // artifacts and input files, all in the job's tenant's own stream and
@@ -154,11 +174,18 @@ func (x *IO) Delete(ctx context.Context, tenant, name string) error {
 // Write blocks while the store is behind (the command then waits on its
 // writes: the full output is exact or cut with a note, never silently
 // lost); past the per-job cap, or once the store failed, bytes are counted
-// and dropped.
+// and dropped. The store's writer (and its chunk buffer) starts with the
+// first byte, or at Close for an empty stream: a job's quiet stderr holds
+// no buffer while its stdout floods. Write and Close are called from one
+// goroutine.
 type Keeper struct {
 	x       *IO
+	ctx     context.Context
+	tenant  string
 	name    string
 	pw      *io.PipeWriter
+	pr      *io.PipeReader
+	started bool
 	done    chan struct{}
 	obj     job.Object
 	err     error
@@ -169,13 +196,20 @@ type Keeper struct {
 // Keep starts keeping object name for tenant.
 func (x *IO) Keep(ctx context.Context, tenant, name string) *Keeper {
 	pr, pw := io.Pipe()
-	k := &Keeper{x: x, name: name, pw: pw, done: make(chan struct{})}
+	return &Keeper{x: x, ctx: ctx, tenant: tenant, name: name, pr: pr, pw: pw, done: make(chan struct{})}
+}
+
+// start runs the store's writer, once.
+func (k *Keeper) start() {
+	if k.started {
+		return
+	}
+	k.started = true
 	go func() {
 		defer close(k.done)
-		k.obj, k.err = x.Put(ctx, tenant, name, pr)
-		pr.CloseWithError(errKeeperDone)
+		k.obj, k.err = k.x.Put(k.ctx, k.tenant, k.name, k.pr)
+		k.pr.CloseWithError(errKeeperDone)
 	}()
-	return k
 }
 
 var errKeeperDone = errors.New("results: keeper ended")
@@ -184,9 +218,10 @@ var errKeeperDone = errors.New("results: keeper ended")
 func (k *Keeper) Write(p []byte) (int, error) {
 	k.printed += int64(len(p))
 	room := k.x.cfg.MaxKeptBytes - k.written
-	if room <= 0 {
+	if room <= 0 || len(p) == 0 {
 		return len(p), nil
 	}
+	k.start()
 	n, _ := k.pw.Write(p[:min(int64(len(p)), room)]) // a failed store is reported by Close
 	k.written += int64(n)
 	return len(p), nil
@@ -195,6 +230,7 @@ func (k *Keeper) Write(p []byte) (int, error) {
 // Close ends the object and returns it named; an Object with an empty
 // Name was not kept, and its Note says why.
 func (k *Keeper) Close() job.Object {
+	k.start()
 	k.pw.Close()
 	<-k.done
 	if k.err != nil {
@@ -258,16 +294,21 @@ type segment struct {
 func (l *Live) Write(stream int, p []byte) {
 	l.mu.Lock()
 	n := min(max(l.x.cfg.LiveBuffer-l.size[stream], 0), len(p))
-	if n > 0 {
+	for rest := p[:n]; len(rest) > 0; {
 		segs := l.segs[stream]
-		if k := len(segs); k > 0 && l.skipped[stream] == 0 && len(segs[k-1].data) < liveChunk {
-			segs[k-1].data = append(segs[k-1].data, p[:n]...)
-		} else {
-			l.segs[stream] = append(segs, segment{skipped: l.skipped[stream], data: append([]byte(nil), p[:n]...)})
+		k := len(segs)
+		if k == 0 || l.skipped[stream] > 0 || len(segs[k-1].data) == cap(segs[k-1].data) {
+			segs = append(segs, segment{skipped: l.skipped[stream], data: getChunk()})
 			l.skipped[stream] = 0
+			k++
 		}
-		l.size[stream] += n
+		last := &segs[k-1]
+		m := copy(last.data[len(last.data):cap(last.data)], rest)
+		last.data = last.data[:len(last.data)+m]
+		rest = rest[m:]
+		l.segs[stream] = segs
 	}
+	l.size[stream] += n
 	l.skipped[stream] += int64(len(p) - n)
 	l.mu.Unlock()
 	select {
@@ -299,7 +340,7 @@ func (l *Live) Close(reason job.Reason) {
 // coalesce in the buffer, and once the buffer is full Write drops bytes.
 func (l *Live) publish() {
 	defer close(l.done)
-	var pending []jetstream.PubAckFuture
+	var pending []inflight
 	for {
 		<-l.wake
 		for {
@@ -357,8 +398,9 @@ func (l *Live) pace(n int, closing bool) {
 }
 
 // send publishes one message (stream < 0: the end marker).
-func (l *Live) send(pending *[]jetstream.PubAckFuture, h nats.Header, data []byte, skipped int64, stream int) {
+func (l *Live) send(pending *[]inflight, h nats.Header, data []byte, skipped int64, stream int) {
 	if stream >= 0 && len(data) == 0 && skipped == 0 {
+		putChunk(data)
 		return
 	}
 	l.seq++
@@ -377,21 +419,36 @@ func (l *Live) send(pending *[]jetstream.PubAckFuture, h nats.Header, data []byt
 	m.Data = data
 	f, err := l.x.js.PublishMsgAsync(m)
 	if err != nil {
+		// The buffer is not given back: whether the client still holds
+		// the message is its business.
 		l.x.log.Debug("live output chunk not published", "subject", l.subject, "err", err)
 		return
 	}
-	*pending = append(*pending, f)
+	*pending = append(*pending, inflight{f, data})
 }
 
-// settle waits until at most keep futures are unacknowledged.
-func (l *Live) settle(pending []jetstream.PubAckFuture, keep int) []jetstream.PubAckFuture {
+// inflight is a published chunk and its buffer, held until the server
+// acknowledged it.
+type inflight struct {
+	f   jetstream.PubAckFuture
+	buf []byte
+}
+
+// settle waits until at most keep chunks are unacknowledged; the buffer
+// of an answered one goes back to liveChunks (one not answered in 5 s is
+// left to the garbage collector: the client may still send it).
+func (l *Live) settle(pending []inflight, keep int) []inflight {
 	for len(pending) > keep {
+		p := pending[0]
 		select {
-		case <-pending[0].Ok():
-		case err := <-pending[0].Err():
+		case <-p.f.Ok():
+			putChunk(p.buf)
+		case err := <-p.f.Err():
 			l.x.log.Debug("live output chunk not stored", "subject", l.subject, "err", err)
+			putChunk(p.buf)
 		case <-time.After(5 * time.Second):
 		}
+		pending[0] = inflight{}
 		pending = pending[1:]
 	}
 	return pending

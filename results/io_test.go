@@ -89,6 +89,59 @@ func TestLiveCountsEveryByte(t *testing.T) {
 	assert.Greater(t, skipped, int64(total/2), "Write drops what the rate does not allow, it does not wait")
 }
 
+// Every live chunk holds the bytes printed at its place in its stream
+// (the place is what was sent and skipped before it, and its own skip
+// count), while a fast writer keeps refilling the pooled buffers the
+// publisher is still sending from.
+func TestLiveBytesStayInPlace(t *testing.T) {
+	t.Parallel()
+	js := connect(t, testsvc.StartNATS(t))
+	ctx := context.Background()
+	require.NoError(t, results.EnsureTenantStores(ctx, js, results.StoreQuota{}, "acme"))
+	x, err := results.NewIO(js, results.IOConfig{LiveRate: 512 << 10, LiveBuffer: 160 << 10})
+	require.NoError(t, err)
+	l := x.Live("acme", "j3", 1)
+	const total = 4 << 20
+	pattern := make([]byte, total+251)
+	for i := range pattern {
+		pattern[i] = byte(i % 251) // 251: no power of two lines up with a chunk
+	}
+	var off [2]int
+	for i := 0; off[0] < total || off[1] < total; i++ {
+		st := i % 2
+		k := min(7000, total-off[st]) // pieces unaligned with any chunk
+		l.Write(st, pattern[off[st]:off[st]+k])
+		off[st] += k
+		time.Sleep(50 * time.Microsecond)
+	}
+	l.Close(job.ReasonOK)
+
+	cons, err := js.OrderedConsumer(ctx, job.OutputStream("acme"), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{job.OutputSubject("acme", "j3")}})
+	require.NoError(t, err)
+	var at [2]int64
+	msgs := 0
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		h := m.Headers()
+		if h.Get(job.HeaderOutEnd) != "" {
+			break
+		}
+		st := map[string]int{"stdout": 0, "stderr": 1}[h.Get(job.HeaderOutStream)]
+		sk, _ := strconv.ParseInt(h.Get(job.HeaderOutSkipped), 10, 64)
+		at[st] += sk
+		d := m.Data()
+		if !assert.Equal(t, pattern[at[st]:at[st]+int64(len(d))], d, "chunk %s of %s at %d: not the bytes printed there", h.Get(job.HeaderOutSeq), h.Get(job.HeaderOutStream), at[st]) {
+			return
+		}
+		at[st] += int64(len(d))
+		msgs++
+	}
+	assert.Equal(t, [2]int64{total, total}, at, "every byte sent or counted")
+	assert.Greater(t, msgs, 8, "enough chunks for buffers to be reused")
+}
+
 // A tenant's own stored-bytes quota sizes its two buckets; 0 keeps the
 // fleet's.
 func TestEnsureTenantSizesBuckets(t *testing.T) {

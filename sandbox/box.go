@@ -156,8 +156,9 @@ func (b *box) initDiag() string {
 
 // frameBuffer is how many of init's frames wait for their reader: with
 // every byte of output streamed, each holds up to initproto.ChunkSize, so a
-// box buffers at most 256 KiB; beyond it init (and the command) wait.
-const frameBuffer = 8
+// box buffers at most 128 KiB; beyond it init (and the command) wait. (It
+// was 8: 16 floods held 2 MiB more in frames; the reader only copies each.)
+const frameBuffer = 4
 
 // chunkPool holds the buffers of output frames (at most ChunkSize): a
 // stream of every byte of a command's output would otherwise allocate one

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -149,6 +150,33 @@ func TestOutputHeadAndTail(t *testing.T) {
 	}})
 	assert.Equal(t, "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n", string(out.Stdout.Head))
 	assert.Equal(t, 21, streamed)
+}
+
+// With every byte streamed (StreamAll), the session keeps head and tail
+// itself: exactly the first and the last half of the cap, in order, over
+// a head grown frame by frame and a tail ring that wrapped mid-frame.
+func TestOutputHeadAndTailStreamAll(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, nil)
+	sess := s.session(small)
+	var b strings.Builder
+	for i := 1; i <= 100000; i++ {
+		b.WriteString(strconv.Itoa(i) + "\n")
+	}
+	want := b.String()
+	var streamed int
+	out := s.run(sess, Command{Script: "seq 1 100000", OutputBytes: 200_001, StreamAll: true,
+		OnOutput: func(_ Stream, p []byte) { streamed += len(p) }})
+	assert.Equal(t, ReasonOK, out.Reason)
+	assert.Equal(t, len(want), streamed)
+	assert.EqualValues(t, len(want), out.Stdout.Bytes)
+	assert.True(t, out.Stdout.Truncated)
+	assert.Equal(t, want[:100_000], string(out.Stdout.Head))
+	assert.Equal(t, want[len(want)-100_001:], string(out.Stdout.Tail))
+
+	out = s.run(sess, Command{Script: "seq 1 100000", OutputBytes: 2 << 20, StreamAll: true})
+	assert.False(t, out.Stdout.Truncated)
+	assert.Equal(t, want, string(out.Stdout.Head), "whole output")
 }
 
 func TestBackgroundChildrenDoNotOutliveCommand(t *testing.T) {

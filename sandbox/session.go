@@ -380,7 +380,7 @@ func (s *Session) await(ctx context.Context, req initproto.Request, timeout time
 				}
 				for i, r := range rings {
 					if r != nil {
-						tails[i] = r.Bytes()
+						tails[i] = r.Take() // no copy of half the cap per flooded stream
 					}
 				}
 				finish(&o, x, tails, half)
@@ -411,7 +411,15 @@ func keepOutput(o *Outcome, rings *[2]*initproto.Tail, f frame, half, tailCap in
 	}
 	rest := f.payload
 	if room := half - int64(len(dst.Head)); room > 0 {
-		n := min(int64(len(rest)), room)
+		n := int(min(int64(len(rest)), room))
+		if cap(dst.Head)-len(dst.Head) < n {
+			// Doubling, but never past the head's bound: append's own
+			// growth would leave up to a quarter more of every flood's
+			// head unused.
+			head := make([]byte, len(dst.Head), min(max(2*cap(dst.Head), len(dst.Head)+n), int(half)))
+			copy(head, dst.Head)
+			dst.Head = head
+		}
 		dst.Head = append(dst.Head, rest[:n]...)
 		rest = rest[n:]
 	}

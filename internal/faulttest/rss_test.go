@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
 )
 
 // rssPattern is what every job of the worker_rss scenario prints, over and
@@ -51,14 +52,28 @@ type rssScenario struct {
 	// AnonMiB and FileMiB split the largest sample: the process's own
 	// memory (heap, stacks, runtime) and its mapped file pages (the
 	// binary's text and data).
-	AnonMiB    float64        `json:"max_sample_rss_anon_mib"`
-	FileMiB    float64        `json:"max_sample_rss_file_mib"`
-	HWMReset   bool           `json:"vm_hwm_reset"`
-	Samples    int            `json:"samples"`
-	WallS      float64        `json:"wall_s"`
-	GiBPerS    float64        `json:"gib_per_s"`
-	StartSpanS float64        `json:"start_spread_s"` // last job's start minus the first's
-	Reasons    map[string]int `json:"reasons"`
+	AnonMiB    float64 `json:"max_sample_rss_anon_mib"`
+	FileMiB    float64 `json:"max_sample_rss_file_mib"`
+	HWMReset   bool    `json:"vm_hwm_reset"`
+	Samples    int     `json:"samples"`
+	WallS      float64 `json:"wall_s"`
+	GiBPerS    float64 `json:"gib_per_s"`
+	StartSpanS float64 `json:"start_spread_s"` // last job's start minus the first's
+	// MaxAtS is when the largest sample was taken, FirstEndS and LastEndS
+	// when the first and the last job finished, all in seconds since the
+	// submission: a peak at the end is the results being recorded, one
+	// before it the streams.
+	MaxAtS    float64        `json:"max_rss_at_s"`
+	FirstEndS float64        `json:"first_end_s"`
+	LastEndS  float64        `json:"last_end_s"`
+	Reasons   map[string]int `json:"reasons"`
+	// CPUS is the worker's CPU time over the scenario (user + system, from
+	// /proc), CPUSPerGiB that per GiB printed, and GCs the garbage
+	// collections it ran (its /metrics): what a GOMEMLIMIT costs.
+	CPUS       float64 `json:"worker_cpu_s"`
+	CPUSPerGiB float64 `json:"worker_cpu_s_per_gib"`
+	GCs        float64 `json:"gc_cycles"`
+	GoMemLimit string  `json:"gomemlimit,omitempty"`
 	// Runtime is the worker's Go runtime view (its /metrics) at the
 	// scrape, once a second, of the largest heap in use.
 	Runtime map[string]float64 `json:"runtime_at_peak_heap_mib,omitempty"`
@@ -87,7 +102,13 @@ type rssScenario struct {
 // output not kept whole fails the test, since the figure is then not the
 // scenario's. It runs only with PADDOCK_WORKER_RSS=1 (PADDOCK_WORKER_RSS_JOBS,
 // default 16; PADDOCK_WORKER_RSS_BYTES, default 1073741824;
-// PADDOCK_WORKER_RSS_OUT, default bench/out/worker_rss.json).
+// PADDOCK_WORKER_RSS_OUT, default bench/out/worker_rss.json). To look
+// closer: PADDOCK_WORKER_RSS_GOMEMLIMIT (e.g. 40MiB) is the worker's
+// GOMEMLIMIT (the worker's only); PADDOCK_WORKER_RSS_PPROF_DIR saves the
+// worker's heap profile at each new peak of its heap (through its
+// --debug-addr; the profiles perturb the figures a little);
+// PADDOCK_WORKER_RSS_ONLY=stream or keep runs one scenario (the result is
+// then not valid for the table).
 func TestWorkerRSS(t *testing.T) {
 	if os.Getenv("PADDOCK_WORKER_RSS") != "1" {
 		t.Skip("measurement: set PADDOCK_WORKER_RSS=1 (make bench does)")
@@ -104,12 +125,36 @@ func TestWorkerRSS(t *testing.T) {
 	// The caps the 16 jobs need: a command may print its 1 GiB without
 	// the output kill (default 256 MiB), a kept stream is not cut (default
 	// 2 GiB), and the tenant's output bucket holds all 16 (default 4 GiB).
-	quota := strconv.FormatInt(int64(jobs)*size+(1<<30), 10)
+	only := os.Getenv("PADDOCK_WORKER_RSS_ONLY") // investigating: "stream" or "keep"
+	// 256 MiB over the output: the objects' metas and stderr, the chunks'
+	// headers (about 20 MiB for 16 GiB).
+	quota := strconv.FormatInt(int64(jobs)*size+(256<<20), 10)
+	if only == "stream" {
+		// Nothing is kept: JetStream need not reserve twice that (both
+		// buckets take the quota) out of 75% of the free disk.
+		quota = strconv.FormatInt(results.DefaultStoredMaxBytes, 10)
+	}
 	f.scheduler("sched", "--tenant-max-stored-bytes", quota, "--slots", strconv.Itoa(jobs))
 	metrics := freeAddr(t)
-	w := f.worker("w1", "--concurrency", strconv.Itoa(jobs), "--pool-size", "2",
+	args := []string{"--concurrency", strconv.Itoa(jobs), "--pool-size", "2",
 		"--output-kill-mb", strconv.FormatInt(2*sizeMiB, 10), "--max-kept-mb", strconv.FormatInt(max(2*sizeMiB, 2048), 10),
-		"--tenant-max-stored-bytes", quota, "--metrics-addr", metrics)
+		"--tenant-max-stored-bytes", quota, "--metrics-addr", metrics}
+	prof := rssProfiler{dir: os.Getenv("PADDOCK_WORKER_RSS_PPROF_DIR")}
+	if prof.dir != "" {
+		require.NoError(t, os.MkdirAll(prof.dir, 0o755))
+		prof.addr = freeAddr(t)
+		args = append(args, "--debug-addr", prof.addr)
+	}
+	// An operator's GOMEMLIMIT for the worker only (this process read its
+	// own at start, so setting it now changes only the child).
+	limit := os.Getenv("PADDOCK_WORKER_RSS_GOMEMLIMIT")
+	if limit != "" {
+		t.Setenv("GOMEMLIMIT", limit)
+	}
+	w := f.worker("w1", args...)
+	if limit != "" {
+		os.Unsetenv("GOMEMLIMIT")
+	}
 	pid := w.cmd.Process.Pid
 
 	// Warm up: the image's first container, the buckets, the live stream.
@@ -120,10 +165,13 @@ func TestWorkerRSS(t *testing.T) {
 	var rows []rssScenario
 	for _, keep := range []bool{false, true} {
 		name := map[bool]string{false: "stream", true: "keep"}[keep]
+		if only != "" && only != name {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			rows = append(rows, rssScenario{})
 			row := &rows[len(rows)-1]
-			ids := measureRSS(t, f, pid, metrics, row, name, keep, jobs, size)
+			ids := measureRSS(t, f, pid, metrics, prof, row, name, keep, jobs, size)
 			if keep {
 				verifyKept(t, f, row, ids, size, want)
 			}
@@ -172,17 +220,20 @@ func TestWorkerRSS(t *testing.T) {
 
 // measureRSS runs jobs jobs printing size bytes each, all submitted at
 // once, while sampling the worker's RSS into row; it returns the ids.
-func measureRSS(t *testing.T, f *fleet, pid int, metrics string, row *rssScenario, name string, keep bool, jobs int, size int64) []string {
+func measureRSS(t *testing.T, f *fleet, pid int, metrics string, prof rssProfiler, row *rssScenario, name string, keep bool, jobs int, size int64) []string {
 	*row = rssScenario{Name: name, Keep: keep, Jobs: jobs, BytesPerJob: size, Reasons: map[string]int{}, Valid: true}
 	row.HWMReset = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
 	idle, err := procRSS(pid)
 	require.NoError(t, err)
 	row.IdleRSSMiB = idle.rss
+	row.GoMemLimit = os.Getenv("PADDOCK_WORKER_RSS_GOMEMLIMIT")
+	cpu0, gc0 := procCPU(pid), scrapeRuntime(metrics)["gc_cycles"]
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	t0 := time.Now()
 	wg.Add(2)
 	go func() { // VmRSS every 100 ms
 		defer wg.Done()
@@ -193,6 +244,7 @@ func measureRSS(t *testing.T, f *fleet, pid int, metrics string, row *rssScenari
 				mu.Lock()
 				if m.rss > row.MaxRSSMiB {
 					row.MaxRSSMiB, row.AnonMiB, row.FileMiB = m.rss, m.anon, m.file
+					row.MaxAtS = time.Since(t0).Seconds()
 				}
 				row.Samples++
 				mu.Unlock()
@@ -218,6 +270,7 @@ func measureRSS(t *testing.T, f *fleet, pid int, metrics string, row *rssScenari
 				mu.Lock()
 				row.Runtime = m
 				mu.Unlock()
+				prof.save(name)
 			}
 		}
 	}()
@@ -229,19 +282,22 @@ func measureRSS(t *testing.T, f *fleet, pid int, metrics string, row *rssScenari
 			Limits: job.Limits{CommandTimeoutS: &cmdTimeout, JobTimeoutS: &jobTimeout},
 			Heal:   &job.HealPolicy{Mode: job.HealOff}, Output: &job.OutputPolicy{Keep: &keep}}
 	}
-	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	subs, err := f.client.SubmitBatch(sctx, specs, nil)
 	cancel()
 	require.NoError(t, err)
 	ids := make([]string, len(subs))
-	var first, last time.Time
+	var first, last, firstEnd, lastEnd time.Time
 	for i, s := range subs {
 		ids[i] = s.ID
 	}
 	for _, id := range ids {
 		r := f.result(id, 20*time.Minute)
 		row.Reasons[string(r.Reason)]++
+		if firstEnd.IsZero() || r.FinishedAt.Before(firstEnd) {
+			firstEnd = r.FinishedAt
+		}
+		lastEnd = later(lastEnd, r.FinishedAt)
 		if first.IsZero() || r.StartedAt.Before(first) {
 			first = r.StartedAt
 		}
@@ -259,11 +315,24 @@ func measureRSS(t *testing.T, f *fleet, pid int, metrics string, row *rssScenari
 	end, err := procRSS(pid)
 	require.NoError(t, err)
 	row.HWMMiB = end.hwm
+	row.CPUS = procCPU(pid) - cpu0
+	row.CPUSPerGiB = row.CPUS / (float64(int64(jobs)*size) / (1 << 30))
+	row.GCs = scrapeRuntime(metrics)["gc_cycles"] - gc0
 	row.GiBPerS = float64(int64(jobs)*size) / (1 << 30) / row.WallS
 	row.StartSpanS = last.Sub(first).Seconds()
-	t.Logf("%s: %d jobs × %d bytes in %.1f s (%.2f GiB/s, starts spread over %.1f s); worker RSS idle %.1f MiB, max %.1f MiB (anon %.1f, file %.1f) over %d samples, VmHWM %.1f MiB (reset: %v); reasons %v",
-		name, jobs, size, row.WallS, row.GiBPerS, row.StartSpanS, row.IdleRSSMiB, row.MaxRSSMiB, row.AnonMiB, row.FileMiB, row.Samples, row.HWMMiB, row.HWMReset, row.Reasons)
+	row.FirstEndS, row.LastEndS = firstEnd.Sub(t0).Seconds(), lastEnd.Sub(t0).Seconds()
+	t.Logf("%s: %d jobs × %d bytes in %.1f s (%.2f GiB/s, starts spread over %.1f s, ends at %.1f–%.1f s); worker RSS idle %.1f MiB, max %.1f MiB at %.1f s (anon %.1f, file %.1f) over %d samples, VmHWM %.1f MiB (reset: %v); reasons %v; worker CPU %.1f s (%.2f s/GiB), %.0f GCs, GOMEMLIMIT %q",
+		name, jobs, size, row.WallS, row.GiBPerS, row.StartSpanS, row.FirstEndS, row.LastEndS, row.IdleRSSMiB, row.MaxRSSMiB, row.MaxAtS, row.AnonMiB, row.FileMiB, row.Samples, row.HWMMiB, row.HWMReset, row.Reasons,
+		row.CPUS, row.CPUSPerGiB, row.GCs, row.GoMemLimit)
 	return ids
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // problem records what makes the scenario not valid (the first few).
@@ -352,6 +421,23 @@ func patternSHA256(size int64) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// procCPU is pid's user + system CPU time in seconds (/proc/<pid>/stat,
+// at the usual 100 ticks a second), or 0.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
 // memSample is one reading of /proc/<pid>/status, in MiB.
 type memSample struct{ rss, hwm, anon, file float64 }
 
@@ -379,11 +465,14 @@ func procRSS(pid int) (memSample, error) {
 	return m, nil
 }
 
+// scrapeClient asks for uncompressed answers: a gzip writer per scrape
+// (about 1 MiB) would be the measurement's own garbage in the worker's heap.
+var scrapeClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+
 // scrapeRuntime reads the worker's Go memory figures from its /metrics
 // (MiB; goroutines as a count), or nil.
 func scrapeRuntime(addr string) map[string]float64 {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
+	resp, err := scrapeClient.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil
 	}
@@ -393,6 +482,7 @@ func scrapeRuntime(addr string) map[string]float64 {
 		"go_memstats_heap_idle_bytes": "heap_idle", "go_memstats_heap_released_bytes": "heap_released",
 		"go_memstats_next_gc_bytes": "next_gc", "go_memstats_stack_inuse_bytes": "stack_inuse",
 		"go_memstats_sys_bytes": "sys", "go_goroutines": "goroutines", "process_resident_memory_bytes": "rss",
+		"go_gc_duration_seconds_count": "gc_cycles",
 	}
 	m := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
@@ -404,7 +494,7 @@ func scrapeRuntime(addr string) map[string]float64 {
 			if err != nil {
 				continue
 			}
-			if short != "goroutines" {
+			if short != "goroutines" && short != "gc_cycles" {
 				x /= 1 << 20
 			}
 			m[short] = x
@@ -414,6 +504,27 @@ func scrapeRuntime(addr string) map[string]float64 {
 		return nil
 	}
 	return m
+}
+
+// rssProfiler saves the worker's heap profile (its --debug-addr) at each
+// new peak of its heap in use, as <dir>/<scenario>.heap.pb.gz; off when
+// dir is "" (PADDOCK_WORKER_RSS_PPROF_DIR unset).
+type rssProfiler struct{ dir, addr string }
+
+func (p rssProfiler) save(name string) {
+	if p.dir == "" {
+		return
+	}
+	resp, err := scrapeClient.Get("http://" + p.addr + "/debug/pprof/heap")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(p.dir, name+".heap.pb.gz"), b, 0o644)
 }
 
 // freeAddr returns a free 127.0.0.1 address.

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Frame types.
@@ -317,6 +318,20 @@ func (t *Tail) Write(p []byte) (int, error) {
 		t.full = true
 	}
 	return n, nil
+}
+
+// Take returns the kept bytes in order in the Tail's own buffer, rotated
+// in place (Bytes copies them): the Tail must not be used after.
+func (t *Tail) Take() []byte {
+	if !t.full {
+		return t.buf[:t.pos]
+	}
+	slices.Reverse(t.buf[:t.pos])
+	slices.Reverse(t.buf[t.pos:])
+	slices.Reverse(t.buf)
+	b := t.buf
+	*t = Tail{}
+	return b
 }
 
 // Bytes returns the kept bytes in order.

@@ -48,8 +48,10 @@ func TestTailKeepsLastBytes(t *testing.T) {
 			want = want[len(want)-8:]
 		}
 		assert.Equal(t, want, string(tail.Bytes()), "chunks %q", chunks)
+		assert.Equal(t, want, string(tail.Take()), "chunks %q: Take", chunks)
 	}
 	assert.Empty(t, NewTail(0).Bytes())
+	assert.Empty(t, NewTail(0).Take())
 }
 
 func FuzzReadFrame(f *testing.F) {

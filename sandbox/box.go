@@ -53,6 +53,7 @@ type DockerClient interface {
 	ContainerRemove(ctx context.Context, id string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
 	ContainerInspect(ctx context.Context, id string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
+	ContainerUpdate(ctx context.Context, id string, options client.ContainerUpdateOptions) (client.ContainerUpdateResult, error)
 }
 
 type frame struct {
@@ -82,6 +83,7 @@ type box struct {
 	diag    *initproto.Tail
 	diagMu  sync.Mutex
 	used    atomic.Bool
+	demoted atomic.Bool // its CPU weight was lowered (weight.go)
 	// lastBeat is when this worker last wrote a heartbeat (unix ns).
 	lastBeat atomic.Int64
 	// broker listens on the box's broker socket until a session takes it
@@ -416,6 +418,8 @@ func (r *Runtime) hostConfig(p Profile, dir string) *container.HostConfig {
 			Memory:     memBytes,
 			MemorySwap: memBytes,
 			NanoCPUs:   int64(p.CPUs * 1e9),
+			CPUShares:  r.cfg.CPUShares, // weight.go
+			CpusetCpus: r.cfg.CPUSet,
 			Ulimits: []*container.Ulimit{
 				{Name: "nofile", Soft: r.cfg.NoFile, Hard: r.cfg.NoFile},
 				{Name: "fsize", Soft: r.cfg.FsizeBytes, Hard: r.cfg.FsizeBytes},

@@ -70,7 +70,21 @@ type Config struct {
 	// often the worker speaks (default 1 s, at most Watchdog/3).
 	Watchdog          time.Duration
 	HeartbeatInterval time.Duration
-	Logger            *slog.Logger
+	// CPUShares is every box's CPU weight against the other boxes (cgroup
+	// cpu.shares, cpu.weight on cgroup v2; 0: the engine's 1024). CPUSet
+	// pins every box to these host CPUs, e.g. "1" on a two-core host keeps
+	// CPU 0 for the worker, the engine and the stores ("": all CPUs).
+	// Both are in weight.go.
+	CPUShares int64
+	CPUSet    string
+	// DemoteAfter, when > 0, lowers the CPU weight of a box whose command
+	// has run this long to DemotedCPUShares (default 16): a long, busy job
+	// then yields the CPU to boxes starting and to short commands, and
+	// loses nothing while nothing else wants the CPU (shares are relative
+	// weights, not caps).
+	DemoteAfter      time.Duration
+	DemotedCPUShares int64
+	Logger           *slog.Logger
 }
 
 // withDefaults fills in every zero field and validates the result: the
@@ -84,6 +98,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.defaultPool()
 	c.defaultTimings()
 	if err := c.checkControl(); err != nil {
+		return c, err
+	}
+	if err := c.checkWeight(); err != nil { // weight.go
 		return c, err
 	}
 	if err := c.prepareInstallDir(); err != nil {

@@ -296,6 +296,7 @@ func (s *Session) run(ctx context.Context, cmd Command) (Outcome, error) {
 		s.breakSession(fmt.Errorf("%w: %v", ErrSessionBroken, err))
 		return Outcome{}, infra("send command", err, true)
 	}
+	defer s.demoteLater()() // weight.go
 	return s.await(ctx, req, timeout, cmd.OnOutput)
 }
 

@@ -264,6 +264,10 @@ type workerFlags struct {
 	maxKeptMB       int64
 	artifacts       worker.ArtifactCaps
 	maxArtifactMB   int64
+	boxCPUShares    int64
+	boxCPUSet       string
+	demoteAfter     time.Duration
+	demotedShares   int64
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
@@ -290,6 +294,10 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&w.maxKeptMB, "max-kept-mb", 2048, "kept output of one stream of one job, MiB; past it the object is cut with a note")
 	fs.IntVar(&w.artifacts.MaxFiles, "max-artifacts", 100, "artifacts one job may leave")
 	fs.Int64Var(&w.maxArtifactMB, "max-artifact-mb", 64, "size of one artifact, MiB (the job's total is 4 times this)")
+	fs.Int64Var(&w.boxCPUShares, "box-cpu-shares", 0, "CPU weight of every sandbox against the others (cgroup cpu.shares; 0 = the engine's 1024)")
+	fs.StringVar(&w.boxCPUSet, "box-cpuset", "", "host CPUs the sandboxes may run on, e.g. 1 to keep CPU 0 for the worker and the engine (default: all)")
+	fs.DurationVar(&w.demoteAfter, "demote-after", 0, "lower the CPU weight of a sandbox whose command has run this long to --demoted-cpu-shares, so that long busy jobs yield to starting and short ones (0 = off)")
+	fs.Int64Var(&w.demotedShares, "demoted-cpu-shares", 16, "CPU weight of a demoted sandbox (see --demote-after)")
 }
 
 func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
@@ -303,7 +311,8 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 	}
 	rt, err := sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
 		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
-		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil})
+		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil,
+		CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWeightConfig(t *testing.T) {
+	t.Parallel()
+	ok := func(*Config) {}
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		bad  string // "" = valid
+	}{
+		{"defaults", ok, ""},
+		{"shares and cpuset", func(c *Config) { c.CPUShares, c.CPUSet, c.DemoteAfter = 2048, "1,3-5", 500e6 }, ""},
+		{"shares too low", func(c *Config) { c.CPUShares = 1 }, "box cpu shares 1"},
+		{"shares too high", func(c *Config) { c.CPUShares = 300000 }, "box cpu shares 300000"},
+		{"demoted shares too low", func(c *Config) { c.DemotedCPUShares = 1 }, "demoted cpu shares 1"},
+		{"negative demote-after", func(c *Config) { c.DemoteAfter = -1 }, "demote-after"},
+		{"cpuset not a list", func(c *Config) { c.CPUSet = "1-" }, `box cpuset "1-"`},
+		{"cpuset words", func(c *Config) { c.CPUSet = "all" }, `box cpuset "all"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{Owner: "o", InitPath: initPath}
+			tc.mod(&c)
+			got, err := c.withDefaults()
+			if tc.bad == "" {
+				require.NoError(t, err)
+				assert.Equal(t, int64(defaultDemotedShares), got.DemotedCPUShares)
+				return
+			}
+			require.ErrorIs(t, err, ErrConfig)
+			assert.Contains(t, err.Error(), tc.bad)
+		})
+	}
+}
+
+// TestBoxCPUWeight: a box starts at Config.CPUShares pinned to
+// Config.CPUSet, as the kernel sees it from inside the box; a command
+// that runs past DemoteAfter demotes it to DemotedCPUShares; and the job
+// can neither raise its weight back nor leave its cpuset.
+func TestBoxCPUWeight(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
+		t.Skip("needs cgroup v1's cpu.shares (this test reads it inside the box); on cgroup v2 the engine maps shares to cpu.weight")
+	}
+	s := newSetup(t, func(c *Config) { c.CPUShares, c.CPUSet, c.DemoteAfter, c.DemotedCPUShares = 512, "0", 300e6, 8 })
+	sess := s.session(small)
+	const shares = "cat /sys/fs/cgroup/cpu/cpu.shares"
+
+	out := s.run(sess, Command{Script: shares})
+	require.Equal(t, ReasonOK, out.Reason, "%s", out.Stderr.Head)
+	assert.Equal(t, "512\n", string(out.Stdout.Head), "a new box runs at Config.CPUShares")
+	hc := inspectHost(t, s.docker, sess.ContainerID())
+	assert.Equal(t, int64(512), hc.CPUShares)
+	assert.Equal(t, "0", hc.CpusetCpus)
+
+	// A command that runs on is demoted while it runs (the loop ends only
+	// then; the command's timeout bounds the wait).
+	out = s.run(sess, Command{Script: shares + `; while [ "$(` + shares + `)" != 8 ]; do sleep 0.05; done; echo demoted`})
+	require.Equal(t, ReasonOK, out.Reason, "never demoted: %s %s", out.Stdout.Head, out.Stderr.Head)
+	assert.Equal(t, "512\ndemoted\n", string(out.Stdout.Head))
+	assert.Equal(t, int64(8), inspectHost(t, s.docker, sess.ContainerID()).CPUShares)
+
+	// The job cannot undo either setting.
+	out = s.run(sess, Command{Script: "echo 1024 > /sys/fs/cgroup/cpu/cpu.shares; " + shares +
+		"; taskset -p 3 $$ >/dev/null 2>&1; grep Cpus_allowed_list /proc/self/status"})
+	fields := strings.Fields(string(out.Stdout.Head))
+	require.Len(t, fields, 3, "stdout %q stderr %q", out.Stdout.Head, out.Stderr.Head)
+	assert.Equal(t, []string{"8", "Cpus_allowed_list:", "0"}, fields)
+}
+
+// TestShortCommandKeepsWeight: commands that end before DemoteAfter do
+// not demote their box, even once DemoteAfter has passed since each began.
+func TestShortCommandKeepsWeight(t *testing.T) {
+	t.Parallel()
+	const after = time.Second
+	s := newSetup(t, func(c *Config) { c.DemoteAfter = after })
+	sess := s.session(small)
+	longest := time.Duration(0)
+	for range 3 {
+		t0 := time.Now()
+		out := s.run(sess, Command{Script: "echo ok"})
+		longest = max(longest, time.Since(t0))
+		require.Equal(t, ReasonOK, out.Reason)
+	}
+	// A demotion the last command started would be due by now: nothing
+	// to poll for, so wait it out.
+	time.Sleep(after + 500*time.Millisecond)
+	if longest >= after {
+		t.Skipf("an `echo ok` took %s, past DemoteAfter: the host is too loaded for this test", longest)
+	}
+	assert.False(t, sess.b.demoted.Load(), "a box whose commands all ended before DemoteAfter was demoted")
+	assert.Equal(t, int64(0), inspectHost(t, s.docker, sess.ContainerID()).CPUShares, "the engine's default weight")
+}
+
+func inspectHost(t *testing.T, d *client.Client, id string) struct {
+	CPUShares  int64
+	CpusetCpus string
+} {
+	t.Helper()
+	res, err := d.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, res.Container.HostConfig)
+	hc := res.Container.HostConfig
+	return struct {
+		CPUShares  int64
+		CpusetCpus string
+	}{hc.CPUShares, hc.CpusetCpus}
+}

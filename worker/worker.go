@@ -43,6 +43,14 @@ type Config struct {
 	Caps job.Caps
 	// Concurrency is the number of jobs run at once (default 4).
 	Concurrency int
+	// Intakes is the number of asynq servers taking tasks from the queue,
+	// Concurrency shared among them (default 1; at most Concurrency). One
+	// takes one task at a time, a Redis script per queue it tries, so it
+	// bounds the worker to about a task per Redis round trip, whatever
+	// Concurrency is; more take tasks in parallel, each at the idle Redis
+	// cost of one (its polls, heartbeat and forwarder). For fleets of many
+	// short jobs. docs/benchmarks.md, control_plane.
+	Intakes int
 	// Queues maps queue names to weights (default job.QueueWeights of
 	// Caps.Queues: 4:2:1 for three).
 	Queues map[string]int
@@ -68,6 +76,13 @@ type Config struct {
 	Broker Broker
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
+	// NoopExecutor is for benchmarks only (the control plane's own cost):
+	// no sandbox runtime is started (New takes a nil one), and every
+	// command "runs" at once with exit 0 and empty output, each attempt
+	// noted NoopNote. Everything else is the real handler path. noop.go.
+	// Never in production: `paddock worker --noop-executor` refuses to start
+	// without PADDOCK_BENCH=1.
+	NoopExecutor bool
 	// Healer runs each job's command under the self-healing loop (default:
 	// healer.New with the healer's defaults: rules mode, no LLM, no memo).
 	Healer Healer
@@ -111,6 +126,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
+	c.Intakes = min(max(c.Intakes, 1), max(c.Concurrency, 1))
 	if c.VolumeQuotaInterval <= 0 {
 		c.VolumeQuotaInterval = time.Second
 	}
@@ -183,26 +199,34 @@ type Worker struct {
 	poolReg metric.Registration
 
 	mu      sync.Mutex
-	srv     *asynq.Server
+	srvs    []*asynq.Server // Config.Intakes of them
 	running bool
 	drain   drainer // running handlers; cuts them at the end of the grace (drain.go)
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
-// runtime; the worker starts and stops it) and store (results).
+// runtime; the worker starts and stops it; nil and unused with
+// Config.NoopExecutor) and store (results).
 func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if rt.Owner() != cfg.ID {
+	if cfg.NoopExecutor {
+		rt = nil // bench only: no sandbox (noop.go)
+	} else if rt == nil {
+		return nil, fmt.Errorf("%w: no sandbox runtime; pass one (NoopExecutor, for benchmarks only, runs without)", ErrConfig)
+	}
+	if rt != nil && rt.Owner() != cfg.ID {
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
 	}
 	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}
 	w.hb = NewHeartbeat(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL)
-	w.reap = sandbox.NewReaper(rt, w.hb)
-	w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
+	if rt != nil {
+		w.reap = sandbox.NewReaper(rt, w.hb)
+		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
+	}
 	return w, nil
 }
 
@@ -223,20 +247,42 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.running {
 		return nil
 	}
-	if err := w.rt.Start(ctx, w.DefaultProfile()); err != nil {
-		return err
-	}
-	if err := w.selfTest(ctx); err != nil {
-		w.rt.Stop()
+	if err := w.startRuntime(ctx); err != nil {
 		return err
 	}
 	if err := w.hb.Start(ctx); err != nil {
-		w.rt.Stop()
+		w.stopRuntime()
 		return fmt.Errorf("worker: heartbeat: %w", err)
 	}
-	_ = w.reap.Start(ctx)
-	srv := asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:       w.cfg.Concurrency,
+	if w.reap != nil {
+		_ = w.reap.Start(ctx)
+	}
+	mux := asynq.NewServeMux()
+	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
+	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
+	w.drain.reset()
+	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
+	if w.m != nil && w.poolReg == nil && w.rt != nil {
+		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
+	}
+	for i := range w.cfg.Intakes {
+		// Concurrency shared out: the first ones take the remainder.
+		srv := w.newServer(w.cfg.Concurrency/w.cfg.Intakes + min(1, max(0, w.cfg.Concurrency%w.cfg.Intakes-i)))
+		if err := srv.Start(mux); err != nil {
+			w.shutdownServers()
+			w.stopBackground()
+			return fmt.Errorf("worker: start asynq server: %w", err)
+		}
+		w.srvs = append(w.srvs, srv)
+	}
+	w.running = true
+	return nil
+}
+
+// newServer is one asynq server of the worker's intake (Config.Intakes).
+func (w *Worker) newServer(concurrency int) *asynq.Server {
+	return asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+		Concurrency:       concurrency,
 		Queues:            w.cfg.Queues,
 		StrictPriority:    w.cfg.StrictPriority,
 		TaskCheckInterval: w.cfg.TaskCheckInterval,
@@ -250,20 +296,17 @@ func (w *Worker) Start(ctx context.Context) error {
 		// worker with three queues. docs/scheduling.md.
 		DelayedTaskCheckInterval: time.Second,
 	})
-	mux := asynq.NewServeMux()
-	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
-	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
-	w.drain.reset()
-	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
-	if w.m != nil && w.poolReg == nil {
-		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
+}
+
+// shutdownServers stops the intake's servers at once (each waits for its
+// own running handlers within the shutdown grace).
+func (w *Worker) shutdownServers() {
+	var wg sync.WaitGroup
+	for _, srv := range w.srvs {
+		wg.Go(srv.Shutdown)
 	}
-	if err := srv.Start(mux); err != nil {
-		w.stopBackground()
-		return fmt.Errorf("worker: start asynq server: %w", err)
-	}
-	w.srv, w.running = srv, true
-	return nil
+	wg.Wait()
+	w.srvs = nil
 }
 
 // Stop shuts down in dependency order: stop claiming tasks and let running
@@ -278,7 +321,7 @@ func (w *Worker) Stop() {
 	}
 	w.running = false
 	w.drain.begin(w.cfg.ShutdownTimeout)
-	w.srv.Shutdown()
+	w.shutdownServers()
 	// asynq does not wait for a handler it re-queued: wait until every
 	// handler has destroyed its container before stopping the runtime.
 	if !w.drain.wait(drainKillMargin + 20*time.Second) {
@@ -288,6 +331,28 @@ func (w *Worker) Stop() {
 	if w.poolReg != nil {
 		_ = w.poolReg.Unregister()
 		w.poolReg = nil
+	}
+}
+
+// startRuntime starts the sandbox runtime (the warm pool) and runs the
+// self-test; none with the no-op executor.
+func (w *Worker) startRuntime(ctx context.Context) error {
+	if w.rt == nil {
+		return nil
+	}
+	if err := w.rt.Start(ctx, w.DefaultProfile()); err != nil {
+		return err
+	}
+	if err := w.selfTest(ctx); err != nil {
+		w.rt.Stop()
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) stopRuntime() {
+	if w.rt != nil {
+		w.rt.Stop()
 	}
 }
 
@@ -313,9 +378,11 @@ func (w *Worker) selfTest(ctx context.Context) error {
 // stopBackground stops what Start starts before intake, in reverse order:
 // the reaper, the heartbeat, then the sandbox runtime (the warm pool).
 func (w *Worker) stopBackground() {
-	w.reap.Stop()
+	if w.reap != nil {
+		w.reap.Stop()
+	}
 	w.hb.Stop()
-	w.rt.Stop()
+	w.stopRuntime()
 }
 
 // retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.

@@ -133,6 +133,9 @@ func (w *Worker) runJob(ctx context.Context, r *jobRun) error {
 	if why := w.noBroker(r); why != "" {
 		return w.finish(ctx, r, job.ReasonInfra, why)
 	}
+	if w.cfg.NoopExecutor {
+		return w.runNoop(ctx, r) // noop.go
+	}
 	sess, err := w.session(ctx, r)
 	if err != nil {
 		return w.infraFail(ctx, r, err)

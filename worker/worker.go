@@ -46,6 +46,14 @@ type Config struct {
 	Caps job.Caps
 	// Concurrency is the number of jobs run at once (default 4).
 	Concurrency int
+	// Intakes is the number of asynq servers taking tasks from the queue,
+	// Concurrency shared among them (default 1; at most Concurrency). One
+	// takes one task at a time, a Redis script per queue it tries, so it
+	// bounds the worker to about a task per Redis round trip, whatever
+	// Concurrency is; more take tasks in parallel, each at the idle Redis
+	// cost of one (its polls, heartbeat and forwarder). For fleets of many
+	// short jobs. docs/benchmarks.md, control_plane.
+	Intakes int
 	// Queues maps queue names to weights (default job.QueueWeights of
 	// Caps.Queues: 4:2:1 for three).
 	Queues map[string]int
@@ -80,6 +88,13 @@ type Config struct {
 	Broker Broker
 	// SkipSelfTest skips the start-up sandbox self-test (tests only).
 	SkipSelfTest bool
+	// NoopExecutor is for benchmarks only (the control plane's own cost):
+	// no sandbox runtime is started (New takes a nil one), and every
+	// command "runs" at once with exit 0 and empty output, each attempt
+	// noted NoopNote. Everything else is the real handler path. noop.go.
+	// Never in production: `paddock worker --noop-executor` refuses to start
+	// without PADDOCK_BENCH=1.
+	NoopExecutor bool
 	// Healer runs each job's command under the self-healing loop (default:
 	// healer.New with the healer's defaults: rules mode, no LLM, no memo).
 	Healer Healer
@@ -123,6 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
+	c.Intakes = min(max(c.Intakes, 1), max(c.Concurrency, 1))
 	if c.VolumeQuotaInterval <= 0 {
 		c.VolumeQuotaInterval = time.Second
 	}
@@ -204,27 +220,35 @@ type Worker struct {
 	poolReg metric.Registration
 
 	mu      sync.Mutex
-	srv     *asynq.Server
+	srvs    []*asynq.Server // Config.Intakes of them
 	running bool
 	drain   drainer              // running handlers; cuts them at the end of the grace (drain.go)
 	gate    atomic.Pointer[gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
-// runtime; the worker starts and stops it) and store (results).
+// runtime; the worker starts and stops it; nil and unused with
+// Config.NoopExecutor) and store (results).
 func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if rt.Owner() != cfg.ID {
+	if cfg.NoopExecutor {
+		rt = nil // bench only: no sandbox (noop.go)
+	} else if rt == nil {
+		return nil, fmt.Errorf("%w: no sandbox runtime; pass one (NoopExecutor, for benchmarks only, runs without)", ErrConfig)
+	}
+	if rt != nil && rt.Owner() != cfg.ID {
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
 	}
 	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}
 	w.hb = NewHeartbeat(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL)
-	w.reap = sandbox.NewReaper(rt, w.hb)
-	w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
+	if rt != nil {
+		w.reap = sandbox.NewReaper(rt, w.hb)
+		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
+	}
 	return w, nil
 }
 
@@ -245,27 +269,51 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.running {
 		return nil
 	}
-	if err := w.rt.Start(ctx, w.DefaultProfile()); err != nil {
-		return err
-	}
-	if err := w.selfTest(ctx); err != nil {
-		w.rt.Stop()
+	if err := w.startRuntime(ctx); err != nil {
 		return err
 	}
 	if err := w.hb.Start(ctx); err != nil {
-		w.rt.Stop()
+		w.stopRuntime()
 		return fmt.Errorf("worker: heartbeat: %w", err)
 	}
-	_ = w.reap.Start(ctx)
+	if w.reap != nil {
+		_ = w.reap.Start(ctx)
+	}
+	mux := asynq.NewServeMux()
+	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
+	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
+	w.drain.reset()
+	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
+	if w.m != nil && w.poolReg == nil && w.rt != nil {
+		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
+	}
+	if w.cfg.Wakeups {
+		w.gate.Store(newGate(w.cfg.TaskCheckInterval, slices.Collect(maps.Keys(w.cfg.Queues)))) // a fresh one: Stop closed the last
+	}
+	for i := range w.cfg.Intakes {
+		// Concurrency shared out: the first ones take the remainder.
+		srv := w.newServer(w.cfg.Concurrency/w.cfg.Intakes + min(1, max(0, w.cfg.Concurrency%w.cfg.Intakes-i)))
+		if err := srv.Start(mux); err != nil {
+			w.shutdownServers()
+			w.stopBackground()
+			return fmt.Errorf("worker: start asynq server: %w", err)
+		}
+		w.srvs = append(w.srvs, srv)
+	}
+	w.running = true
+	return nil
+}
+
+// newServer is one asynq server of the worker's intake (Config.Intakes).
+// With wake-ups, every server dequeues through the one gate (wake.go).
+func (w *Worker) newServer(concurrency int) *asynq.Server {
 	var rdb redis.UniversalClient = w.rdb
 	check := w.cfg.TaskCheckInterval
-	if w.cfg.Wakeups {
-		g := newGate(w.cfg.TaskCheckInterval, slices.Collect(maps.Keys(w.cfg.Queues))) // a fresh one: Stop closed the last
-		w.gate.Store(g)
+	if g := w.gate.Load(); w.cfg.Wakeups && g != nil {
 		rdb, check = gatedClient{UniversalClient: w.rdb, g: g}, gatedRoundGap
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:       w.cfg.Concurrency,
+	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:       concurrency,
 		Queues:            w.cfg.Queues,
 		StrictPriority:    w.cfg.StrictPriority,
 		TaskCheckInterval: check,
@@ -279,20 +327,20 @@ func (w *Worker) Start(ctx context.Context) error {
 		// docs/scheduling.md.
 		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
 	})
-	mux := asynq.NewServeMux()
-	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
-	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
-	w.drain.reset()
-	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
-	if w.m != nil && w.poolReg == nil {
-		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
+}
+
+// shutdownServers stops the intake's servers at once (each waits for its
+// own running handlers within the shutdown grace).
+func (w *Worker) shutdownServers() {
+	if g := w.gate.Load(); g != nil {
+		g.close() // a processor waiting at the gate sees the shutdown
 	}
-	if err := srv.Start(mux); err != nil {
-		w.stopBackground()
-		return fmt.Errorf("worker: start asynq server: %w", err)
+	var wg sync.WaitGroup
+	for _, srv := range w.srvs {
+		wg.Go(srv.Shutdown)
 	}
-	w.srv, w.running = srv, true
-	return nil
+	wg.Wait()
+	w.srvs = nil
 }
 
 // Stop shuts down in dependency order: stop claiming tasks and let running
@@ -307,10 +355,7 @@ func (w *Worker) Stop() {
 	}
 	w.running = false
 	w.drain.begin(w.cfg.ShutdownTimeout)
-	if g := w.gate.Load(); g != nil {
-		g.close() // the processor waiting at the gate sees the shutdown
-	}
-	w.srv.Shutdown()
+	w.shutdownServers()
 	// asynq does not wait for a handler it re-queued: wait until every
 	// handler has destroyed its container before stopping the runtime.
 	if !w.drain.wait(drainKillMargin + 20*time.Second) {
@@ -320,6 +365,28 @@ func (w *Worker) Stop() {
 	if w.poolReg != nil {
 		_ = w.poolReg.Unregister()
 		w.poolReg = nil
+	}
+}
+
+// startRuntime starts the sandbox runtime (the warm pool) and runs the
+// self-test; none with the no-op executor.
+func (w *Worker) startRuntime(ctx context.Context) error {
+	if w.rt == nil {
+		return nil
+	}
+	if err := w.rt.Start(ctx, w.DefaultProfile()); err != nil {
+		return err
+	}
+	if err := w.selfTest(ctx); err != nil {
+		w.rt.Stop()
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) stopRuntime() {
+	if w.rt != nil {
+		w.rt.Stop()
 	}
 }
 
@@ -345,9 +412,11 @@ func (w *Worker) selfTest(ctx context.Context) error {
 // stopBackground stops what Start starts before intake, in reverse order:
 // the reaper, the heartbeat, then the sandbox runtime (the warm pool).
 func (w *Worker) stopBackground() {
-	w.reap.Stop()
+	if w.reap != nil {
+		w.reap.Stop()
+	}
 	w.hb.Stop()
-	w.rt.Stop()
+	w.stopRuntime()
 }
 
 // retryDelay backs off infrastructure retries: 1 s, 2 s, 4 s … capped at 30 s.

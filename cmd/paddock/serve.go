@@ -165,12 +165,18 @@ func schedulerCmd(g *globals) *cobra.Command {
 	var cf capsFlags
 	var of obsFlags
 	var pf periodicFlags
+	var bf benchFlags
 	cmd := &cobra.Command{
 		Use:     "scheduler",
 		Short:   "Validate submissions from JetStream and enqueue them in Redis (run any number)",
 		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, nil) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			stopProfile, err := bf.startProfile() // bench.go
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			s, err := openStack(ctx, g, &sf, "paddock-scheduler", "")
 			if err != nil {
 				return err
@@ -206,6 +212,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 	cf.register(cmd.Flags())
 	of.register(cmd.Flags())
 	pf.register(cmd.Flags())
+	bf.register(cmd.Flags(), false)
 	return cmd
 }
 
@@ -217,14 +224,19 @@ func workerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "worker",
 		Short:   "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, &wf.heal) },
+		PreRunE: func(*cobra.Command, []string) error { return checkWorkerStart(g, &cf, &wf) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := connectDocker(ctx)
+			stopProfile, err := wf.bench.startProfile() // bench.go
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer stopProfile()
+			d, closeDocker, err := wf.bench.docker(ctx) // none with --noop-executor
+			if err != nil {
+				return err
+			}
+			defer closeDocker()
 			s, err := openStack(ctx, g, &sf, "paddock-worker", "")
 			if err != nil {
 				return err
@@ -253,6 +265,7 @@ func workerCmd(g *globals) *cobra.Command {
 	sf.register(cmd)
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
+	wf.bench.register(cmd.Flags(), true)
 	of.register(cmd.Flags())
 	return cmd
 }

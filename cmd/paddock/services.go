@@ -243,6 +243,7 @@ func checkStart(g *globals, cf *capsFlags, hf *healFlags) error {
 type workerFlags struct {
 	id              string
 	concurrency     int
+	intakes         int
 	poolSize        int
 	initPath        string
 	runtime         string
@@ -268,11 +269,13 @@ type workerFlags struct {
 	boxCPUSet       string
 	demoteAfter     time.Duration
 	demotedShares   int64
+	bench           benchFlags // `paddock worker` only (bench.go)
 }
 
 func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.id, "worker-id", "", "worker id (default hostname-pid)")
 	fs.IntVar(&w.concurrency, "concurrency", 4, "jobs run at once by this worker")
+	fs.IntVar(&w.intakes, "intakes", 1, "queue readers sharing --concurrency: one takes a task per Redis round trip, so a worker of many short jobs needs more (each adds one reader's idle Redis polls)")
 	fs.IntVar(&w.poolSize, "pool-size", 2, "warm containers kept per profile in use (-1 disables the pool)")
 	fs.StringVar(&w.initPath, "init-path", "", "host path of paddock-init (default: next to this binary, else /usr/local/lib/paddock/paddock-init)")
 	fs.StringVar(&w.runtime, "runtime", "", "OCI runtime for sandboxes (runc by default; runsc for gVisor)")
@@ -309,21 +312,24 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 	if err != nil {
 		return nil, err
 	}
-	rt, err := sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
-		PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
-		RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil,
-		CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares})
-	if err != nil {
-		return nil, err
+	var rt *sandbox.Runtime // none with --noop-executor (bench.go)
+	if !wf.bench.noopExecutor {
+		rt, err = sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
+			PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
+			RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil,
+			CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares})
+		if err != nil {
+			return nil, err
+		}
 	}
 	cfg := worker.Config{
-		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Queues: job.QueueWeights(cf.queues),
+		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Intakes: wf.intakes, Queues: job.QueueWeights(cf.queues),
 		TaskCheckInterval: wf.taskCheck, Wakeups: wf.wakeups, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
 		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
 		Artifacts: worker.ArtifactCaps{MaxFiles: wf.artifacts.MaxFiles, MaxFileBytes: wf.maxArtifactMB << 20, MaxTotalBytes: 4 * wf.maxArtifactMB << 20},
-		Broker:    fb.server(),
+		Broker:    fb.server(), NoopExecutor: wf.bench.noopExecutor,
 	}
 	if wf.outputRateMB == 0 {
 		cfg.OutputRate = -1

@@ -29,6 +29,10 @@ var (
 	// returned stored/first values are valid) but its publish on NATS failed.
 	// Calling Record again with any result for the id repairs it.
 	ErrNotPublished = errors.New("results: stored but not published")
+	// ErrStaleTask is wrapped by BeginRunAs when the task starting the run
+	// no longer carries the job: a rescuer re-enqueued it under another task
+	// id after its worker died. The delivery must complete without running.
+	ErrStaleTask = errors.New("results: stale task")
 )
 
 // HeaderTrimmed is set ("1") on a published result that is shorter than the
@@ -278,27 +282,63 @@ func (s *Store) Get(ctx context.Context, key string) (job.Result, error) {
 }
 
 // BeginRun counts one more start of the job and returns the run number
-// (1 for the first start). The counter expires after the retention. It
-// also marks the job running in the job index (index.go), in the same
-// round trip; an index failure is logged, never returned.
+// (1 for the first start): BeginRunAs with no owner (the task is the
+// job's own, no active entry).
 func (s *Store) BeginRun(ctx context.Context, key string) (int, error) {
+	return s.BeginRunAs(ctx, key, RunOwner{})
+}
+
+// RunOwner names who starts a run: the worker (its active set,
+// <prefix>active:<worker>, job key → "run|task id|queue") and the asynq
+// task (its id and queue). A zero Worker writes no active entry; a zero
+// TaskID is the job key (the scheduler's task).
+type RunOwner struct{ Worker, TaskID, Queue string }
+
+//go:embed beginrun.lua
+var beginRunSource string
+
+var beginRunScript = redis.NewScript(beginRunSource)
+
+// BeginRunAs counts one more start of the job and returns the run number
+// (1 for the first start), unless the task o.TaskID no longer carries the
+// job: a rescuer re-enqueued it under another task id
+// (<prefix>task:<key>), and then it returns ErrStaleTask and counts
+// nothing. It notes the run in o.Worker's active set, which a rescuer
+// reads when the worker's heartbeat is gone. The counter and the active
+// set expire after the retention. It also marks the job running in the
+// job index (index.go), in the same round trip; an index failure is
+// logged, never returned.
+func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
+	if o.TaskID == "" {
+		o.TaskID = key
+	}
 	rk := s.key("runs", key)
-	var incr *redis.IntCmd
-	var idx *redis.Cmd
+	keys := []string{rk, s.key("task", key), rk, s.cfg.KeyPrefix + "active"}
+	if o.Worker != "" {
+		keys[2] = s.key("active", o.Worker)
+	}
+	var begin, idx *redis.Cmd
 	iw := s.runningWrite(key) // index.go: the job is running, in the same round trip
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		incr = p.Incr(ctx, rk)
-		p.PExpire(ctx, rk, s.cfg.Retention)
+		// EVAL, not EVALSHA: inside MULTI a NOSCRIPT cannot fall back.
+		begin = beginRunScript.Eval(ctx, p, keys, o.TaskID, key, s.cfg.Retention.Milliseconds(), o.Queue)
 		idx = s.indexInPipe(ctx, p, iw)
 		return nil
 	})
-	if incr.Err() != nil || err != nil && idx.Err() == nil {
+	if e := begin.Err(); e != nil {
+		return 0, fmt.Errorf("results: begin run %s: %w", key, e)
+	}
+	if err != nil && idx.Err() == nil {
 		return 0, fmt.Errorf("results: begin run %s: %w", key, err)
 	}
+	n, _ := begin.Int()
+	if n < 0 {
+		return 0, fmt.Errorf("%w: %s is not the task of job %s any more", ErrStaleTask, o.TaskID, key)
+	}
 	s.settleIndex(ctx, idx, iw)
-	return int(incr.Val()), nil
+	return n, nil
 }
 
 // Cancel marks the job canceled (the flag expires after the retention) and

@@ -23,6 +23,7 @@ var errCanceled = errors.New("worker: job canceled by request")
 func (w *Worker) watchCancel(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
+		id = jobKey(id) // a rescue task carries the job's key with a suffix (rescue.go)
 		ctx, cancel := context.WithCancelCause(ctx)
 		done := make(chan struct{})
 		go func() {

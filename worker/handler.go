@@ -23,7 +23,8 @@ import (
 
 // jobRun is what the steps of one ProcessTask call share.
 type jobRun struct {
-	key     string // job.Key: the asynq task id, and the job's name in Redis
+	key     string // job.Key: the job's name in Redis
+	task    string // the asynq task id: key, or a rescue task's (rescue.go)
 	log     *slog.Logger
 	spec    job.Spec
 	eff     job.Effective
@@ -45,9 +46,10 @@ func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTime
 // with an error reading or writing the store, which the queue retries.
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	started := w.cfg.Now()
-	key, _ := asynq.GetTaskID(ctx) // job.Key: tenant/id
+	taskID, _ := asynq.GetTaskID(ctx)
+	key := jobKey(taskID) // job.Key: tenant/id (a rescue task's id carries a suffix: rescue.go)
 	tenant, id, _ := job.SplitKey(key)
-	r := &jobRun{key: key, log: w.log.With("job", id, "tenant", tenant)}
+	r := &jobRun{key: key, task: taskID, log: w.log.With("job", id, "tenant", tenant)}
 	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrJobID.String(id), attribute.String(job.AttrTenant, tenant))
 
 	spec, eff, err := w.decode(t, key)
@@ -69,9 +71,13 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	} else if canceled {
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled before it started")
 	}
-	if err := w.beginRun(ctx, r); err != nil {
+	if err := w.beginRun(ctx, r); errors.Is(err, results.ErrStaleTask) {
+		r.log.InfoContext(ctx, "a rescue task carries this job now; this delivery completes without running", "task", taskID)
+		return nil
+	} else if err != nil {
 		return err
 	}
+	defer w.endRun(ctx, key)
 	return w.withVolume(ctx, r, w.runJob) // volume.go
 }
 
@@ -112,9 +118,11 @@ func (w *Worker) republish(ctx context.Context, key string) (ended bool, err err
 	return true, err
 }
 
-// beginRun counts this run of the job and records its queue wait.
+// beginRun counts this run of the job (in this worker's active set, for a
+// rescuer: rescue.go) and records its queue wait. It wraps
+// results.ErrStaleTask when the task no longer carries the job.
 func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
-	run, err := w.store.BeginRun(ctx, r.key)
+	run, err := w.store.BeginRunAs(ctx, r.key, results.RunOwner{Worker: w.cfg.ID, TaskID: r.task, Queue: r.spec.Queue})
 	if err != nil {
 		return fmt.Errorf("worker: begin run of %s: %w", r.key, err)
 	}
@@ -238,6 +246,11 @@ func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (he
 // ended, the volume's lease was lost, the job was interrupted, or the
 // sandbox failed.
 func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session, hres healer.Result, err error) error {
+	if w.fenced(ctx) {
+		// The heartbeat may have expired meanwhile and the job been rescued
+		// elsewhere: this run records nothing (rescue.go).
+		return w.interrupted(ctx, r, sess)
+	}
 	out, _ := hres.Final.Detail.(sandbox.Outcome)
 	jobDeadline := err != nil && ctx.Err() == nil &&
 		(errors.Is(err, sandbox.ErrSessionBroken) && out.Reason == sandbox.ReasonTimeout || errors.Is(err, context.DeadlineExceeded))
@@ -279,6 +292,10 @@ func (w *Worker) interrupted(ctx context.Context, r *jobRun, sess *sandbox.Sessi
 	defer cancel()
 	if err := sess.Destroy(dctx); err != nil {
 		r.log.ErrorContext(ctx, "could not confirm the interrupted job's container is gone", "err", err)
+	}
+	if w.fenced(ctx) {
+		r.log.WarnContext(ctx, "job killed by the heartbeat fence; its rescue or the queue runs it again")
+		return fmt.Errorf("worker: job %s interrupted: %w", r.key, errFenced)
 	}
 	if w.canceledAfter(ctx, dctx, r) {
 		markLast(&r.res, job.ReasonCanceled)

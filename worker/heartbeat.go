@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,19 +21,48 @@ import (
 // containers of an owner this Redis never heard of belong to another fleet
 // sharing the Docker engine (another deployment, a concurrent test run) and
 // are not this fleet's to reap.
+//
+// Self-fencing: a worker whose beats failed for FenceAfter (TTL minus a
+// margin, on its own monotonic clock since the last renewal that
+// succeeded, counted from when it was sent) is about to be judged dead and
+// its jobs rescued (rescue.go). It then fences itself first: the epoch
+// moves on, OnFence runs (the worker cancels every running job), and until
+// a beat succeeds again Fenced reports true. A job started in an earlier
+// epoch never records a result.
 type Heartbeat struct {
-	rdb    redis.UniversalClient
-	id     string
-	prefix string
-	ttl    time.Duration
+	rdb      redis.UniversalClient
+	id       string
+	prefix   string
+	ttl      time.Duration
+	interval time.Duration
+	fenceAt  time.Duration
+	// OnFence, when set, is called (outside any lock) each time the
+	// heartbeat fences itself. Set it before Start.
+	OnFence func()
+
+	mu     sync.Mutex
+	last   time.Time // when the last successful renewal was sent (monotonic)
+	epoch  uint64
+	fenced bool
+	beats  int
 
 	svc startstop.Service
 }
 
-// NewHeartbeat returns a heartbeat for worker id with the given TTL
-// (refreshed every ttl/3).
+// NewHeartbeat returns a heartbeat for worker id with the given TTL,
+// refreshed every second (at most every ttl/3), fencing itself ttl/3
+// before the key could expire.
 func NewHeartbeat(rdb redis.UniversalClient, id, prefix string, ttl time.Duration) *Heartbeat {
-	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl}
+	return NewHeartbeatEvery(rdb, id, prefix, ttl, 0)
+}
+
+// NewHeartbeatEvery is NewHeartbeat beating every interval (0: 1 s, at
+// most ttl/3).
+func NewHeartbeatEvery(rdb redis.UniversalClient, id, prefix string, ttl, interval time.Duration) *Heartbeat {
+	if interval <= 0 {
+		interval = min(time.Second, ttl/3)
+	}
+	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl, interval: interval, fenceAt: ttl - ttl/3}
 }
 
 func (h *Heartbeat) key(id string) string { return h.prefix + "worker:" + id }
@@ -43,24 +73,89 @@ func (h *Heartbeat) known() string { return h.prefix + "workers" }
 // containers reapable) after its last beat.
 const knownWorkersTTL = 7 * 24 * time.Hour
 
-// Start writes the first beat synchronously, then beats in the background.
+// Beats apart the known-workers set is updated (its score, the last beat,
+// is what the dashboard shows: 10 s resolution at the default 1 s beat)
+// and trimmed. Every beat renews the key; an idle worker's heartbeat costs
+// ~1.1 Redis commands a second.
+const (
+	knownEvery = 10
+	trimEvery  = 60
+)
+
+// Start writes the first beat synchronously, then beats in the background
+// and watches the fence (every interval/4).
 func (h *Heartbeat) Start(ctx context.Context) error {
-	return h.svc.StartWith(ctx, h.beat, startstop.Every(h.ttl/3, func(ctx context.Context) {
-		_ = h.beat(ctx) // a missed beat is retried; the TTL covers two
-	}))
+	return h.svc.StartWith(ctx, h.beat, func(ctx context.Context) {
+		watch := time.NewTicker(max(h.interval/4, time.Millisecond))
+		defer watch.Stop()
+		beat := time.NewTicker(h.interval)
+		defer beat.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-watch.C:
+				h.check(time.Now())
+			case <-beat.C:
+				_ = h.beat(ctx) // a missed beat is retried; the fence covers a run of them
+			}
+		}
+	})
 }
 
 func (h *Heartbeat) beat(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, h.ttl/3)
+	sent := time.Now()
+	h.check(sent) // a beat after a long silence fences before it renews
+	ctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
-	now := time.Now()
+	h.mu.Lock()
+	h.beats++
+	known, trim := h.beats%knownEvery == 1, h.beats%trimEvery == 1
+	h.mu.Unlock()
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, h.key(h.id), now.UTC().Format(time.RFC3339Nano), h.ttl)
-		p.ZAdd(ctx, h.known(), redis.Z{Score: float64(now.UnixMilli()), Member: h.id})
-		p.ZRemRangeByScore(ctx, h.known(), "-inf", strconv.FormatInt(now.Add(-knownWorkersTTL).UnixMilli(), 10))
+		p.Set(ctx, h.key(h.id), sent.UTC().Format(time.RFC3339Nano), h.ttl)
+		if known {
+			p.ZAdd(ctx, h.known(), redis.Z{Score: float64(sent.UnixMilli()), Member: h.id})
+		}
+		if trim {
+			p.ZRemRangeByScore(ctx, h.known(), "-inf", strconv.FormatInt(sent.Add(-knownWorkersTTL).UnixMilli(), 10))
+		}
 		return nil
 	})
+	if err == nil {
+		h.mu.Lock()
+		if sent.After(h.last) {
+			h.last, h.fenced = sent, false
+		}
+		h.mu.Unlock()
+	}
 	return err
+}
+
+// check fences the worker when the last renewal was sent more than
+// FenceAfter before now.
+func (h *Heartbeat) check(now time.Time) {
+	h.mu.Lock()
+	fire := !h.last.IsZero() && !h.fenced && now.Sub(h.last) > h.fenceAt
+	if fire {
+		h.fenced = true
+		h.epoch++
+	}
+	h.mu.Unlock()
+	if fire && h.OnFence != nil {
+		h.OnFence()
+	}
+}
+
+// Epoch returns the current fence epoch and whether the worker is fenced
+// now (its heartbeat may have expired: it must not start or end a job). A
+// job started in epoch e may record its result only while Epoch still
+// returns e, false.
+func (h *Heartbeat) Epoch() (epoch uint64, fenced bool) {
+	h.check(time.Now())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.epoch, h.fenced
 }
 
 // Stop ends the beats and deletes the key (a clean exit needs no reaping

@@ -22,6 +22,7 @@ import (
 	"github.com/paddockhq/paddock/healer"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/telemetry"
 )
@@ -33,7 +34,7 @@ var ErrConfig = errors.New("worker: invalid config")
 type Store interface {
 	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
 	Get(ctx context.Context, id string) (job.Result, error)
-	BeginRun(ctx context.Context, id string) (int, error)
+	BeginRunAs(ctx context.Context, key string, o results.RunOwner) (int, error)
 	Canceled(ctx context.Context, id string) (bool, error)
 }
 
@@ -75,8 +76,21 @@ type Config struct {
 	// jobs may finish within it; then their containers are killed and
 	// their tasks re-queued.
 	ShutdownTimeout time.Duration
-	// HeartbeatTTL of the worker's liveness key (default 30 s).
+	// HeartbeatTTL of the worker's liveness key (default 8 s). It bounds
+	// how soon a dead worker's jobs run again: a rescuer re-enqueues them
+	// within TTL + RescueInterval of the last beat. A worker that could not
+	// renew its key for TTL − TTL/3 fences itself: it kills its running
+	// jobs (they go back to the queue) before anyone may judge it dead. A
+	// shorter TTL rescues sooner, but a Redis stall longer than TTL − TTL/3
+	// then kills every running job. Minimum 3 s; keep it at least the
+	// sandbox watchdog + interval + 1 s, so that a frozen worker's boxes
+	// end before its key can expire (the CLI checks watchdog + 2 s).
 	HeartbeatTTL time.Duration
+	// HeartbeatInterval between beats (default 1 s, at most TTL/3).
+	HeartbeatInterval time.Duration
+	// RescueInterval is how often the rescuer looks for the running jobs of
+	// dead workers (default 2 s; one Redis script per pass).
+	RescueInterval time.Duration
 	// KeyPrefix of Paddock's Redis keys (default "paddock:").
 	KeyPrefix string
 	// Volumes guards shared volumes (nil: jobs may not request one).
@@ -169,7 +183,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.ShutdownTimeout = 30 * time.Second
 	}
 	if c.HeartbeatTTL == 0 {
-		c.HeartbeatTTL = 30 * time.Second
+		c.HeartbeatTTL = 8 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(time.Second, c.HeartbeatTTL/3)
+	}
+	if c.RescueInterval == 0 {
+		c.RescueInterval = 2 * time.Second
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "paddock:"
@@ -198,6 +218,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency < 0 {
 		return c, fmt.Errorf("%w: concurrency %d", ErrConfig, c.Concurrency)
 	}
+	if c.HeartbeatTTL < 3*time.Second || c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.HeartbeatTTL/3 || c.RescueInterval < 0 {
+		return c, fmt.Errorf("%w: heartbeat TTL %s (≥ 3 s), interval %s (> 0, ≤ TTL/3) and rescue interval %s (≥ 0)",
+			ErrConfig, c.HeartbeatTTL, c.HeartbeatInterval, c.RescueInterval)
+	}
 	for q, w := range c.Queues {
 		if w <= 0 {
 			return c, fmt.Errorf("%w: queue %q has weight %d; weights must be > 0", ErrConfig, q, w)
@@ -213,6 +237,8 @@ type Worker struct {
 	store   Store
 	cfg     Config
 	hb      *Heartbeat
+	rescue  *Rescuer
+	fence   fence // running handlers, for the heartbeat's fence (rescue.go)
 	reap    *sandbox.Reaper
 	log     *slog.Logger
 	tr      trace.Tracer
@@ -244,7 +270,12 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	}
 	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}
-	w.hb = NewHeartbeat(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL)
+	w.hb = NewHeartbeatEvery(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL, cfg.HeartbeatInterval)
+	w.hb.OnFence = func() {
+		w.log.Error("heartbeat not renewed in time: killing every running job before a rescuer may run it elsewhere (Redis unreachable, or this process was frozen)")
+		w.fence.cancelAll()
+	}
+	w.rescue = NewRescuer(rdb, cfg.KeyPrefix, cfg.RescueInterval, cfg.Logger)
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
@@ -279,9 +310,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.reap != nil {
 		_ = w.reap.Start(ctx)
 	}
+	_ = w.rescue.Start(ctx)
 	mux := asynq.NewServeMux()
 	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
-	mux.Use(w.drainable, w.watchCancel) // drain.go, cancel.go
+	mux.Use(w.drainable, w.fenceable, w.watchCancel) // drain.go, rescue.go, cancel.go
 	w.drain.reset()
 	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
 	if w.m != nil && w.poolReg == nil && w.rt != nil {
@@ -410,8 +442,10 @@ func (w *Worker) selfTest(ctx context.Context) error {
 }
 
 // stopBackground stops what Start starts before intake, in reverse order:
-// the reaper, the heartbeat, then the sandbox runtime (the warm pool).
+// the rescuer, the reaper, the heartbeat, then the sandbox runtime (the
+// warm pool).
 func (w *Worker) stopBackground() {
+	w.rescue.Stop()
 	if w.reap != nil {
 		w.reap.Stop()
 	}

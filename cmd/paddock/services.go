@@ -259,6 +259,8 @@ type workerFlags struct {
 	lockWait        time.Duration
 	runDir          string
 	watchdog        time.Duration
+	heartbeatTTL    time.Duration
+	rescueInterval  time.Duration
 	liveOutput      bool
 	liveRateKB      int64
 	outputRateMB    int64
@@ -291,6 +293,8 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
 	fs.StringVar(&w.runDir, "run-dir", "", "directory of the sandboxes' private control sockets; the Docker engine must see it at the same path (default $PADDOCK_RUN_DIR, else /run/paddock as root)")
 	fs.DurationVar(&w.watchdog, "watchdog", 5*time.Second, "a sandbox whose worker is silent this long kills its processes and exits")
+	fs.DurationVar(&w.heartbeatTTL, "heartbeat-ttl", 8*time.Second, "liveness key TTL: a dead worker's jobs run again elsewhere ~TTL+2 s after its last beat; a worker that cannot renew it for 2/3 of it kills its jobs (a Redis stall that long does too); at least --watchdog + 2 s")
+	fs.DurationVar(&w.rescueInterval, "rescue-interval", 2*time.Second, "how often this worker looks for the running jobs of dead workers to run again (one Redis script per pass)")
 	fs.BoolVar(&w.liveOutput, "live-output", true, "publish every job's output live on paddock.output.<tenant>.<id> (paddock logs -f)")
 	fs.Int64Var(&w.liveRateKB, "live-rate-kb", 1024, "live output of one job, KiB per second; what a job prints faster is dropped with a marker")
 	fs.Int64Var(&w.outputRateMB, "output-rate-mb", 256, "MiB per second the sandbox reads of a streamed command's output (live or kept); a faster command waits; 0 = no bound")
@@ -330,6 +334,12 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
 		Artifacts: worker.ArtifactCaps{MaxFiles: wf.artifacts.MaxFiles, MaxFileBytes: wf.maxArtifactMB << 20, MaxTotalBytes: 4 * wf.maxArtifactMB << 20},
 		Broker:    fb.server(), NoopExecutor: wf.bench.noopExecutor,
+		HeartbeatTTL: wf.heartbeatTTL, RescueInterval: wf.rescueInterval,
+	}
+	if wf.watchdog+2*time.Second > wf.heartbeatTTL {
+		// A frozen worker's boxes must die (watchdog) before its key expires
+		// and its jobs are rescued: docs/reliability.md.
+		return nil, fmt.Errorf("--heartbeat-ttl %s must be at least --watchdog %s + 2 s, so that a frozen worker's sandboxes end before its jobs run elsewhere", wf.heartbeatTTL, wf.watchdog)
 	}
 	if wf.outputRateMB == 0 {
 		cfg.OutputRate = -1

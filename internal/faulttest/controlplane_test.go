@@ -485,7 +485,6 @@ func pprofTop(t *testing.T, profile, order string) []map[string]any {
 	return rows
 }
 
-func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
 
 func roundMap(m map[string]float64) map[string]float64 {
 	out := make(map[string]float64, len(m))

@@ -1,0 +1,20 @@
+-- BeginRunAs (store.go): count one more start of a job, unless the task
+-- starting it no longer carries the job (a rescuer re-enqueued it under
+-- another task id: worker/rescue.go), and note the run in the worker's
+-- active set, in one atomic step.
+-- KEYS[1] runs:<key>  KEYS[2] task:<key>  KEYS[3] active:<worker>  KEYS[4] active (the set of workers with one)
+-- ARGV[1] task id  ARGV[2] job key  ARGV[3] retention ms  ARGV[4] queue ('' with no worker: no active entry)
+local cur = redis.call('GET', KEYS[2])
+if not cur then cur = ARGV[2] end
+if cur ~= ARGV[1] then
+  return -1
+end
+local n = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if KEYS[3] ~= KEYS[1] then
+  redis.call('HSET', KEYS[3], ARGV[2], n .. '|' .. ARGV[1] .. '|' .. ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('SADD', KEYS[4], string.sub(KEYS[3], string.len(KEYS[4]) + 2))
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
+return n

@@ -74,7 +74,7 @@ func cpConfigFromEnv(t *testing.T) cpConfig {
 		require.NoError(t, err, k)
 		return d
 	}
-	return cpConfig{rounds: atoi("PADDOCK_CP_ROUNDS", "3"), variants: parseVariants(envOr("PADDOCK_CP_VARIANTS", "default:")), backlog: atoi("PADDOCK_CP_BACKLOG", "3000"),
+	return cpConfig{rounds: atoi("PADDOCK_CP_ROUNDS", "3"), variants: parseCPVariants(envOr("PADDOCK_CP_VARIANTS", "default:")), backlog: atoi("PADDOCK_CP_BACKLOG", "3000"),
 		chunk: atoi("PADDOCK_CP_CHUNK", "250"), warmup: dur("PADDOCK_CP_WARMUP", "3s"), window: dur("PADDOCK_CP_WINDOW", "10s"),
 		schedConc: envOr("PADDOCK_CP_SCHED_CONCURRENCY", "64"), workerConc: envOr("PADDOCK_CP_WORKER_CONCURRENCY", "128")}
 }
@@ -92,8 +92,8 @@ type cpVariant struct {
 	rounds []cpRound
 }
 
-// parseVariants reads PADDOCK_CP_VARIANTS: "name:flag,flag,@key=value;name:flag".
-func parseVariants(s string) []cpVariant {
+// parseCPVariants reads PADDOCK_CP_VARIANTS: "name:flag,flag,@key=value;name:flag".
+func parseCPVariants(s string) []cpVariant {
 	var vs []cpVariant
 	for _, v := range strings.Split(s, ";") {
 		name, flags, _ := strings.Cut(strings.TrimSpace(v), ":")

@@ -62,6 +62,14 @@ func ResultSubject(tenant, id string) string {
 // this Key on.
 func CancelSubject(key string) string { return SubjectCancelPrefix + subjectSuffix(key) }
 
+// TaskKey is the job key of an asynq task id: the key itself, or the key
+// and a "#" suffix (a worker's rescue of a dead worker's run re-enqueues it
+// as <key>#rescue-<run>; worker/rescue.go).
+func TaskKey(taskID string) string {
+	k, _, _ := strings.Cut(taskID, "#")
+	return k
+}
+
 // WakeSubject is the subject of the wake-ups of a queue.
 func WakeSubject(queue string) string { return SubjectWakePrefix + queue }
 

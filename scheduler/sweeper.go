@@ -124,8 +124,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 // result, then deletes the task.
 func (s *Sweeper) settle(ctx context.Context, q string, ti *asynq.TaskInfo) (bool, error) {
 	recorded := false
-	if _, err := s.store.Get(ctx, ti.ID); errors.Is(err, results.ErrNotFound) {
-		tenant, id, _ := job.SplitKey(ti.ID) // the task id is the job key
+	key := job.TaskKey(ti.ID) // the task id is the job key, or a rescue of it (<key>#rescue-<run>)
+	if _, err := s.store.Get(ctx, key); errors.Is(err, results.ErrNotFound) {
+		tenant, id, _ := job.SplitKey(key)
 		r := job.Result{ID: id, Tenant: tenant, FinishedAt: s.cfg.Now().UTC(),
 			Error: fmt.Sprintf("the queue gave up on the job after %d tries (last error: %s); this is a failure of the fleet (workers crashed or lost Redis while running it), not of the job: check the workers' logs, then submit it again with a new id",
 				ti.Retried+1, ti.LastErr)}

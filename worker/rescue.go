@@ -24,10 +24,7 @@ const rescueSep = "#rescue-"
 
 // jobKey is the job key an asynq task id carries: the id itself, or the
 // key of a rescue task (<key>#rescue-<run>).
-func jobKey(taskID string) string {
-	k, _, _ := strings.Cut(taskID, "#")
-	return k
-}
+func jobKey(taskID string) string { return job.TaskKey(taskID) }
 
 // rescueID is the task id under which run n of key is rescued: each run is
 // rescued once, whichever worker's rescuer gets there (asynq refuses a

@@ -167,30 +167,7 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Queues) == 0 {
 		c.Queues = job.QueueWeights(c.Caps.Queues)
 	}
-	if c.TaskCheckInterval == 0 {
-		c.TaskCheckInterval = 100 * time.Millisecond
-		if c.Wakeups {
-			c.TaskCheckInterval = time.Second
-		}
-	}
-	if c.DelayedTaskCheckInterval == 0 {
-		c.DelayedTaskCheckInterval = time.Second
-		if c.Wakeups {
-			c.DelayedTaskCheckInterval = 2 * time.Second
-		}
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.HeartbeatTTL == 0 {
-		c.HeartbeatTTL = 8 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = min(time.Second, c.HeartbeatTTL/3)
-	}
-	if c.RescueInterval == 0 {
-		c.RescueInterval = 2 * time.Second
-	}
+	c = c.timingDefaults()
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "paddock:"
 	}
@@ -228,6 +205,35 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// timingDefaults fills the polling, shutdown and liveness intervals.
+func (c Config) timingDefaults() Config {
+	if c.TaskCheckInterval == 0 {
+		c.TaskCheckInterval = 100 * time.Millisecond
+		if c.Wakeups {
+			c.TaskCheckInterval = time.Second
+		}
+	}
+	if c.DelayedTaskCheckInterval == 0 {
+		c.DelayedTaskCheckInterval = time.Second
+		if c.Wakeups {
+			c.DelayedTaskCheckInterval = 2 * time.Second
+		}
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = 8 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(time.Second, c.HeartbeatTTL/3)
+	}
+	if c.RescueInterval == 0 {
+		c.RescueInterval = 2 * time.Second
+	}
+	return c
 }
 
 // Worker runs jobs from asynq in sandbox sessions.

@@ -221,6 +221,7 @@ func workerCmd(g *globals) *cobra.Command {
 	var cf capsFlags
 	var wf workerFlags
 	var of obsFlags
+	var df debugFlags
 	cmd := &cobra.Command{
 		Use:     "worker",
 		Short:   "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
@@ -247,6 +248,11 @@ func workerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer obs.stop()
+			dbg, err := startDebug(&df, g.logger) // debug.go: pprof on loopback
+			if err != nil {
+				return err
+			}
+			defer dbg.stop()
 			s.st.SetMetrics(obs.metrics)
 			w, err := newWorker(ctx, s.rdb, s.js, d, s.st, &wf, &cf, obs, g.logger)
 			if err != nil {
@@ -266,6 +272,7 @@ func workerCmd(g *globals) *cobra.Command {
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
 	wf.bench.register(cmd.Flags(), true)
+	df.register(cmd.Flags())
 	of.register(cmd.Flags())
 	return cmd
 }

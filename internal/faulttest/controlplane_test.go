@@ -485,7 +485,6 @@ func pprofTop(t *testing.T, profile, order string) []map[string]any {
 	return rows
 }
 
-
 func roundMap(m map[string]float64) map[string]float64 {
 	out := make(map[string]float64, len(m))
 	for k, v := range m {

@@ -482,8 +482,6 @@ func quantileMS(d []time.Duration, q float64) float64 {
 	return float64(d[min(len(d)-1, int(q*float64(len(d))))].Microseconds()) / 1000
 }
 
-func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
-
 func loadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.Join(strings.Fields(string(b))[:min(3, len(strings.Fields(string(b))))], " ")

@@ -15,7 +15,14 @@
 #   BENCH_FAIR  0 skips the fair_share scenario (tenant b's latency behind
 #               tenant a's 10,000 queued jobs, with and without --slots)
 #   BENCH_RSS   0 skips the worker_rss scenario (one worker's RSS while 16
-#               jobs each print 1 GiB, streamed and kept; ~16 GiB of disk)
+#               jobs each print 1 GiB, streamed and kept; ~40 GiB of free disk)
+#   BENCH_CP    0 skips control_plane (no-op executor throughput, CPU profiles)
+#   BENCH_NB    0 skips neighbours (a control job's p99 next to four chaos jobs)
+#   BENCH_CRASH 0 skips crash_recovery (kill -9 of a worker → the re-run)
+#
+# Every scenario writes OUT/<scenario>.json; the last step merges them into
+# OUT/latest.json, prints every target with pass/miss and draws
+# OUT/targets.svg (paddock-bench -merge).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="/usr/local/go/bin:${PATH}"
@@ -52,7 +59,7 @@ fi
 if [[ "${BENCH_E2E:-1}" != 0 ]]; then
 	log "e2e_idle: idle fleet, submit → result (about 2 minutes)"
 	PADDOCK_E2E_IDLE=1 PADDOCK_E2E_OUT="$(realpath -m "${out}")/e2e_idle.json" \
-		go test -count=1 -v -run 'TestE2EIdle' ./internal/faulttest/ 2>&1 | grep -E 'interval|p50|cmds|PASS|FAIL|ok' || true
+		go test -count=1 -v -timeout 15m -run 'TestE2EIdle' ./internal/faulttest/ 2>&1 | grep -E '^ *\|.*\|$|: p50|PASS|FAIL|ok' || true
 	[[ -f "${out}/e2e_idle.json" ]] && log "wrote ${out}/e2e_idle.json"
 fi
 
@@ -76,3 +83,37 @@ if [[ "${BENCH_RSS:-1}" != 0 ]]; then
 		grep -E '^ *\|.*\|$|worker max RSS|(stream|keep): |naive capture|kept:|PASS|FAIL|ok' || true
 	[[ -f "${out}/worker_rss.json" ]] && log "wrote ${out}/worker_rss.json"
 fi
+
+# control_plane: jobs/s through NATS → scheduler → asynq → worker → result
+# with the worker's bench-only no-op executor (no Docker), against the test
+# Redis (appendfsync always) and with appendfsync everysec; CPU profiles in
+# OUT/control_plane.cpu.*.pprof.
+if [[ "${BENCH_CP:-1}" != 0 ]]; then
+	log "control_plane: no-op executor throughput (about 3 minutes)"
+	PADDOCK_CONTROL_PLANE=1 PADDOCK_CONTROL_PLANE_OUT="$(realpath -m "${out}")/control_plane.json" \
+		PADDOCK_CP_VARIANTS="${BENCH_CP_VARIANTS:-default:;everysec:@appendfsync=everysec}" \
+		go test -count=1 -v -timeout 10m -run 'TestControlPlane' ./internal/faulttest/ 2>&1 | grep -E '^ *\|.*\|$|jobs/s|PASS|FAIL|ok' || true
+fi
+
+# neighbours: the p99 of a one-at-a-time echo hi next to a fork bomb, a
+# memory bomb, a 2-CPU loop and a 1 GiB flood on the same worker, over its
+# quiet p99, phases interleaved.
+if [[ "${BENCH_NB:-1}" != 0 ]]; then
+	log "neighbours: control job p99 under chaos (about 5 minutes)"
+	PADDOCK_NEIGHBOURS=1 PADDOCK_NEIGHBOURS_OUT="$(realpath -m "${out}")/neighbours.json" \
+		go test -count=1 -v -timeout 15m -run '^TestNeighbours$' ./internal/faulttest/ 2>&1 | grep -E '^ *\|.*\|$|ratio|PASS|FAIL|ok' || true
+fi
+
+# crash_recovery: kill -9 of a worker mid-job → the re-run's start on
+# another worker, 5 kills.
+if [[ "${BENCH_CRASH:-1}" != 0 ]]; then
+	log "crash_recovery: kill -9 → re-run (about 1 minute)"
+	PADDOCK_CRASH_RECOVERY=1 PADDOCK_CRASH_RECOVERY_OUT="$(realpath -m "${out}")/crash_recovery.json" \
+		go test -count=1 -v -timeout 10m -run 'TestCrashRecovery$' ./internal/faulttest/ 2>&1 | grep -E '^ *\|.*\|$|rerun|PASS|FAIL|ok' || true
+fi
+
+bin/paddock-bench -merge -out "${out}"
+if command -v rsvg-convert >/dev/null; then
+	rsvg-convert -b white -o "${out}/targets.png" "${out}/targets.svg"
+fi
+log "wrote ${out}/latest.json (every scenario) and ${out}/targets.svg"

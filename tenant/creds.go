@@ -31,6 +31,8 @@ type User struct {
 	Key string
 	// Name is the user's name ("tenant:dev", "svc:scheduler").
 	Name string
+	// Grant is what the user's JWT allows it to publish and subscribe to.
+	Grant Grant
 	// Role is the role in the user's tags; empty for a user that no
 	// Authority issued.
 	Role Role
@@ -116,7 +118,8 @@ func UserOfCreds(creds []byte) (User, error) {
 	if err != nil {
 		return User{}, fmt.Errorf("tenant: credentials: no user JWT: %w", err)
 	}
-	u := User{Key: uc.Subject, Name: uc.Name, Account: uc.Issuer, IssuedAt: time.Unix(uc.IssuedAt, 0)}
+	u := User{Key: uc.Subject, Name: uc.Name, Account: uc.Issuer, IssuedAt: time.Unix(uc.IssuedAt, 0),
+		Grant: Grant{Pub: append([]string(nil), uc.Pub.Allow...), Sub: append([]string(nil), uc.Sub.Allow...)}}
 	if uc.IssuerAccount != "" {
 		u.Account = uc.IssuerAccount
 	}

@@ -20,9 +20,15 @@ func TestIssuedUsers(t *testing.T) {
 	require.NoError(t, err)
 	u, err := tenant.UserOfCreds(creds)
 	require.NoError(t, err)
-	assert.Equal(t, tenant.User{Key: pub, Name: "tenant:dev", Role: tenant.RoleTenant, Tenant: "dev",
+	grant, err := tenant.GrantOf(tenant.RoleTenant, "dev")
+	require.NoError(t, err)
+	assert.Equal(t, tenant.User{Key: pub, Name: "tenant:dev", Grant: grant, Role: tenant.RoleTenant, Tenant: "dev",
 		Account: a.AccountKey(), IssuedAt: u.IssuedAt}, u)
 	assert.False(t, u.IssuedAt.IsZero())
+	assert.True(t, u.Grant.Current(tenant.RoleTenant, "dev"))
+	assert.False(t, u.Grant.Current(tenant.RoleTenant, "other"))
+	old := tenant.Grant{Pub: u.Grant.Pub, Sub: u.Grant.Sub[1:]} // a grant since widened
+	assert.False(t, old.Current(tenant.RoleTenant, "dev"))
 	name, err := tenant.TenantOfCreds(creds)
 	require.NoError(t, err)
 	assert.Equal(t, "dev", name)

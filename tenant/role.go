@@ -3,6 +3,7 @@ package tenant
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/jwt/v2"
 
@@ -167,6 +168,21 @@ func GrantOf(role Role, tenant string) (Grant, error) {
 		return Grant{}, fmt.Errorf("%w: role %s belongs to no tenant (got %q)", ErrRole, role, tenant)
 	}
 	return Grant{Pub: append([]string(nil), g.Pub...), Sub: append([]string(nil), g.Sub...)}, nil
+}
+
+// Current reports whether g allows exactly what role's grant allows today
+// (GrantOf; the order of subjects does not matter): credentials issued
+// before a grant changed are not current.
+func (g Grant) Current(role Role, tenant string) bool {
+	want, err := GrantOf(role, tenant)
+	if err != nil {
+		return false
+	}
+	same := func(a, b []string) bool {
+		a, b = slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b))
+		return slices.Equal(a, b)
+	}
+	return same(g.Pub, want.Pub) && same(g.Sub, want.Sub)
 }
 
 // Permissions returns the NATS permissions of role (see GrantOf). It never

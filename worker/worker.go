@@ -70,7 +70,8 @@ type Config struct {
 	// queue's jobs only when woken, or after TaskCheckInterval (wake.go).
 	Wakeups bool
 	// DelayedTaskCheckInterval is how often delayed jobs and queue retries
-	// are moved to their queue (default 1 s without Wakeups, 2 s with).
+	// are moved to their queue (default 1 s without Wakeups, 3 s with: two
+	// scripts per queue per check count against an idle worker's Redis load).
 	DelayedTaskCheckInterval time.Duration
 	// ShutdownTimeout is the drain grace on Stop (default 30 s): running
 	// jobs may finish within it; then their containers are killed and
@@ -218,7 +219,7 @@ func (c Config) timingDefaults() Config {
 	if c.DelayedTaskCheckInterval == 0 {
 		c.DelayedTaskCheckInterval = time.Second
 		if c.Wakeups {
-			c.DelayedTaskCheckInterval = 2 * time.Second
+			c.DelayedTaskCheckInterval = 3 * time.Second
 		}
 	}
 	if c.ShutdownTimeout == 0 {

@@ -68,7 +68,15 @@ func main() {
 	flag.DurationVar(&o.gap, "gap", 50*time.Millisecond, "idle time before each measured job of the latency phase, after background work ended")
 	flag.IntVar(&o.rounds, "rounds", 3, "throughput rounds per scenario (the median is reported)")
 	replotFrom := flag.String("replot", "", "only redraw OUT/latency.svg from this latest.json")
+	mergeOnly := flag.Bool("merge", false, "only merge the fleet scenarios' OUT/<scenario>.json into OUT/latest.json, print every target and draw OUT/targets.svg")
 	flag.Parse()
+	if *mergeOnly {
+		if err := merge(o.out, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "paddock-bench: merge:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *replotFrom != "" {
 		if err := replot(*replotFrom, filepath.Join(o.out, "latency.svg")); err != nil {
 			fmt.Fprintln(os.Stderr, "paddock-bench:", err)
@@ -215,6 +223,9 @@ func (set *scenarioSet) build(ctx context.Context, d *client.Client, o options, 
 	}
 	if selected("engine_raw") {
 		set.scs = append(set.scs, engineRawScenario(d, o.image, runID))
+	}
+	if selected("engine_start") {
+		set.scs = append(set.scs, engineStartScenario(d, o.image, runID))
 	}
 	if len(set.scs) == 0 {
 		return fmt.Errorf("no scenario selected by -only %q", o.only)

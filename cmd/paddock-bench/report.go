@@ -152,6 +152,9 @@ func buildReport(res []*result, o options, m meta) *report {
 		if hasRun {
 			rep.Targets = append(rep.Targets, target{Name: "paddock jobs/s ≥ 1.2 × docker_run", Value: p.JobsPerS, Limit: finite(1.2 * run.JobsPerS), Pass: p.JobsPerS >= 1.2*run.JobsPerS})
 		}
+		if st, ok := rep.Scenarios["engine_start"]; ok {
+			rep.Targets = append(rep.Targets, target{Name: "paddock jobs/s ≥ 0.9 × engine_start", Value: p.JobsPerS, Limit: finite(0.9 * st.JobsPerS), Pass: p.JobsPerS >= 0.9*st.JobsPerS})
+		}
 	}
 	if p, ok := rep.Scenarios["paddock_bash"]; ok && hasHost { // informational: the Script (bash) path
 		rep.Targets = append(rep.Targets, target{Name: "(info) paddock_bash p50 ≤ 1.5 × host p50 (ms)", Value: p.P50, Limit: finite(1.5 * host.P50), Pass: p.P50 <= 1.5*host.P50})

@@ -88,11 +88,11 @@ func LoadOrCreateAuth(dataDir string) (*Auth, error) {
 	for path, role := range map[string]tenant.Role{au.AdminCreds: tenant.RoleAdmin, au.SchedulerCreds: tenant.RoleScheduler,
 		au.WorkerCreds: tenant.RoleWorker, au.GatewayCreds: tenant.RoleGateway} {
 		issue := func() ([]byte, string, error) { return a.IssueUser(role, "", "") }
-		if _, err := ensureCreds(a, path, a.AccountKey(), issue); err != nil {
+		if _, err := ensureCreds(a, path, a.AccountKey(), role, issue); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := ensureCreds(a, au.SysCreds, a.SystemAccountKey(), a.IssueSystemUser); err != nil {
+	if _, err := ensureCreds(a, au.SysCreds, a.SystemAccountKey(), "", a.IssueSystemUser); err != nil {
 		return nil, err
 	}
 	if err := au.ensureDev(creds); err != nil {
@@ -110,7 +110,7 @@ func (au *Auth) ensureDev(credsDir string) error {
 	path := filepath.Join(credsDir, DevTenant+".creds")
 	if au.Created {
 		issue := func() ([]byte, string, error) { return au.Authority.IssueUser(tenant.RoleTenant, DevTenant, "") }
-		pub, err := ensureCreds(au.Authority, path, au.Authority.AccountKey(), issue)
+		pub, err := ensureCreds(au.Authority, path, au.Authority.AccountKey(), "", issue)
 		au.DevCreds, au.DevUser = path, pub
 		return err
 	}
@@ -132,13 +132,16 @@ func (au *Auth) ensureDev(credsDir string) error {
 // ensureCreds keeps the credentials file at path when it holds a user of
 // account that a has not revoked, and otherwise writes new ones from
 // issue. It returns the user's public key.
-func ensureCreds(a *tenant.Authority, path, account string, issue func() ([]byte, string, error)) (string, error) {
+func ensureCreds(a *tenant.Authority, path, account string, role tenant.Role, issue func() ([]byte, string, error)) (string, error) {
 	b, err := readPrivate(path)
 	switch {
 	case err == nil:
-		if u, err := tenant.UserOfCreds(b); err == nil && u.Account == account && !a.Revoked(u.Key) {
+		if u, err := tenant.UserOfCreds(b); err == nil && u.Account == account && !a.Revoked(u.Key) &&
+			(role == "" || u.Role == role && u.Grant.Current(role, "")) {
 			return u.Key, nil
 		}
+		// A service's credentials from before its grant changed (a new
+		// subject, e.g. paddock.wake.> for workers) are issued again.
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", err
 	}

@@ -83,6 +83,19 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	assert.Equal(t, tenant.RoleScheduler, userOf(t, c.SchedulerCreds).Role)
 	assert.Empty(t, c.DevCreds)
 
+	// Service creds issued before their role's grant changed (here: a
+	// worker user without paddock.wake.>) are issued again; current ones
+	// stay.
+	stale, _, err := c.Authority.IssueUser(tenant.RoleScheduler, "", "svc:worker") // the scheduler's grant, not the worker's
+	require.NoError(t, err)
+	require.NoError(t, tenant.WriteCreds(c.WorkerCreds, stale))
+	keptSched := userOf(t, c.SchedulerCreds).Key
+	d, err := devstack.LoadOrCreateAuth(data)
+	require.NoError(t, err)
+	w := userOf(t, d.WorkerCreds)
+	assert.True(t, w.Grant.Current(tenant.RoleWorker, ""), "the stale worker creds were issued again")
+	assert.Equal(t, keptSched, userOf(t, d.SchedulerCreds).Key)
+
 	require.NoError(t, os.Chmod(a.RedisPasswordFile, 0o644))
 	_, err = devstack.LoadOrCreateAuth(data)
 	require.ErrorIs(t, err, tenant.ErrInsecureFile)

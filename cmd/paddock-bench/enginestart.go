@@ -34,12 +34,10 @@ func engineStartScenario(d *client.Client, image, runID string) *scenario {
 			if err != nil {
 				return err
 			}
-			rm.add(c.ID)
-			if _, err := d.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
-				return err
-			}
+			_, err = d.ContainerStart(ctx, c.ID, client.ContainerStartOptions{})
 			rec.mark("start")
-			return nil
+			rm.add(c.ID) // after the start: a removal must not race it
+			return err
 		},
 		settle: rm.settle,
 		close:  rm.close,

@@ -85,8 +85,8 @@ func (c Config) withDefaults() (Config, error) {
 // publish on the tenant's submit and cancel subjects and direct gets of its
 // results; subscribe to its results and its inbox. Submitting, waiting and
 // cancelling call the JetStream API no other way; agent I/O (io.go) reads
-// the tenant's own output stream and buckets (stream info, direct gets,
-// consumers) and writes its input bucket.
+// the tenant's own output stream and buckets (stream info and direct gets:
+// no consumer, see direct.go) and writes its input bucket.
 type Client struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream

@@ -12,7 +12,6 @@ import (
 	"io"
 	"iter"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -136,21 +135,19 @@ const (
 	// result (its end marker may still be on its way) before it concludes
 	// that no more live output will come.
 	followSettle = time.Second
-	// followBuffer bounds the chunks Follow has pulled but not yielded.
-	followBuffer = 64
 )
 
 // Follow yields the live output of the tenant's job id, from the first
 // chunk the tenant's output stream holds, in order, and ends after the
-// end marker (a Chunk with End set). It reads the stream with an ordered
-// consumer (DeliverAll, filtered to job.OutputSubject): started before the
-// job prints, it gets everything; started after, it replays what the
-// stream kept. When the job has a result and no more chunks come, it ends
+// end marker (a Chunk with End set). It reads the stream with direct gets
+// of job.OutputSubject from the stream's start, woken by the chunks'
+// publication (no consumer: see direct.go): started before the job prints,
+// it gets everything; started after, it replays what the stream kept. When the job has a result and no more chunks come, it ends
 // with an error matching ErrNoLiveOutput instead of waiting forever (the
 // chunks expired, or the job ran before live output existed). An error
 // ends the sequence: it is yielded once, with a zero Chunk; cancelling
 // ctx ends it with ctx's error. Each range over the sequence follows
-// afresh. Stopping the range early releases the consumer.
+// afresh. Stopping the range early releases its subscription.
 func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) iter.Seq2[Chunk, error] {
 	var cfg followConfig
 	for _, o := range opts {
@@ -182,79 +179,117 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 // errCaughtUp ends a NoWait Follow that yielded what was stored.
 var errCaughtUp = errors.New("caught up")
 
-// follower is one range over Follow.
+// follower is one range over Follow. It reads the output stream with
+// direct gets from its own position (direct.go); a subscription to the
+// job's live subject only wakes it when a chunk is published.
 type follower struct {
 	c        *Client
 	ctx      context.Context
 	id       string
 	stream   string
-	cons     jetstream.Consumer
-	msgs     jetstream.MessagesContext
+	subject  string
+	sub      *nats.Subscription
+	wake     chan struct{} // a live chunk was published (capacity 1)
+	seq      uint64        // the stream sequence the next chunk is looked for at
 	noWait   bool
 	got      int           // chunks yielded
 	idle     time.Duration // the current wait for a chunk
+	retry    time.Duration // after a wake-up that found nothing yet; 0: none
 	lastMsg  time.Time
 	finished time.Time // when the job's result was first seen; zero before
 }
 
-// startFollow checks, with one direct get, that the tenant may read its
-// output stream and whether it holds anything of id (a refused request
-// fails at once, unlike a consumer creation), then creates the consumer.
+// Bounds of the re-reads after a wake-up: the subscriber can hear of a
+// chunk just before the stream has stored it.
+const (
+	followRetryFirst = 2 * time.Millisecond
+	followRetryMax   = 100 * time.Millisecond
+)
+
+// startFollow subscribes to the job's live subject, then checks, with one
+// direct get, that the tenant may read its output stream and whether it
+// holds anything of id (a refused request fails at once).
 func (c *Client) startFollow(ctx context.Context, id string, cfg followConfig) (*follower, error) {
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
-	stream, subject := job.OutputStream(c.tenant), job.OutputSubject(c.tenant, id)
+	f := &follower{c: c, ctx: ctx, id: id, stream: job.OutputStream(c.tenant), subject: job.OutputSubject(c.tenant, id),
+		wake: make(chan struct{}, 1), seq: 1, noWait: cfg.noWait, idle: followIdleFirst, lastMsg: time.Now()}
+	if !cfg.noWait {
+		sub, err := c.nc.Subscribe(f.subject, func(*nats.Msg) {
+			select {
+			case f.wake <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("client: follow %s: %w", id, err)
+		}
+		f.sub = sub
+	}
 	lctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	_, found, err := c.directLast(lctx, stream, subject)
+	_, found, err := c.directLast(lctx, f.stream, f.subject)
 	if err != nil {
+		f.stop()
 		return nil, fmt.Errorf("client: follow %s: %w", id, err)
 	}
 	if !found && cfg.noWait {
 		return nil, fmt.Errorf("%w: the live output stream holds nothing of job %s (it has printed nothing yet, or its output expired)", ErrNoLiveOutput, id)
 	}
-	cons, err := c.js.OrderedConsumer(lctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute})
-	if err != nil {
-		if perr := c.deniedAny("$JS.API.CONSUMER.CREATE." + stream); perr != nil && timedOut(err) {
-			return nil, perr
-		}
-		return nil, fmt.Errorf("client: follow %s: consumer on %s: %w", id, stream, err)
-	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(followBuffer))
-	if err != nil {
-		return nil, fmt.Errorf("client: follow %s: %w", id, err)
-	}
-	return &follower{c: c, ctx: ctx, id: id, stream: stream, cons: cons, msgs: msgs, noWait: cfg.noWait,
-		idle: followIdleFirst, lastMsg: time.Now()}, nil
+	return f, nil
 }
 
-// next returns the next chunk; last is true when a NoWait follow has
-// reached the end of what was stored.
+// next returns the next chunk; last is never true (a NoWait follow ends
+// with errCaughtUp at the first read that finds nothing more).
 func (f *follower) next() (ch Chunk, last bool, err error) {
 	for {
-		wctx, cancel := context.WithTimeout(f.ctx, f.idle)
-		msg, err := f.msgs.Next(jetstream.NextContext(wctx))
+		rctx, cancel := f.c.withTimeout(f.ctx)
+		msg, next, found, err := f.c.directNext(rctx, f.stream, f.subject, f.seq)
 		cancel()
 		switch {
-		case err == nil:
-			f.got++
-			f.idle, f.lastMsg = followIdleFirst, time.Now()
-			if f.noWait {
-				md, merr := msg.Metadata()
-				last = merr == nil && md.NumPending == 0
-			}
-			return parseChunk(msg), last, nil
-		case f.ctx.Err() != nil:
+		case err != nil && f.ctx.Err() != nil:
 			return Chunk{}, false, fmt.Errorf("client: follow %s: %w", f.id, f.ctx.Err())
-		case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
+		case err != nil:
 			return Chunk{}, false, fmt.Errorf("client: follow %s: %w", f.id, err)
+		case found:
+			f.seq = next
+			f.got++
+			f.idle, f.retry, f.lastMsg = followIdleFirst, 0, time.Now()
+			return liveChunk(msg.Header, msg.Data), false, nil
+		case f.noWait:
+			return Chunk{}, false, errCaughtUp
 		}
-		if err := f.quiet(); err != nil {
+		if err := f.wait(); err != nil {
 			return Chunk{}, false, err
 		}
 	}
+}
+
+// wait waits for a wake-up, a retry after one, or f.idle; after f.idle
+// with nothing it runs quiet.
+func (f *follower) wait() error {
+	d := f.idle
+	if f.retry > 0 {
+		d = f.retry
+		if f.retry *= 2; f.retry > followRetryMax {
+			f.retry = 0
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-f.ctx.Done():
+		return fmt.Errorf("client: follow %s: %w", f.id, f.ctx.Err())
+	case <-f.wake:
+		f.retry = followRetryFirst
+		return nil
+	case <-t.C:
+	}
+	if d < f.idle {
+		return nil // a retry: read again
+	}
+	return f.quiet()
 }
 
 // quiet runs when no chunk came for f.idle: it ends a NoWait follow, and
@@ -289,34 +324,11 @@ func (f *follower) quiet() error {
 	return nil
 }
 
-// stop ends the pulls and deletes the consumer (it would otherwise stay
-// until its InactiveThreshold), on a context of its own.
+// stop ends the wake-up subscription.
 func (f *follower) stop() {
-	f.msgs.Stop()
-	info := f.cons.CachedInfo()
-	if info == nil {
-		return
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), f.c.cfg.PublishTimeout)
-	defer cancel()
-	if err := f.c.js.DeleteConsumer(ctx, f.stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		f.c.log.Debug("deleting a follow consumer failed; it expires by itself", "job", f.id, "err", err)
-	}
-}
-
-// parseChunk reads a live output message (the fleet publishes them: a
-// malformed number reads as 0).
-func parseChunk(m jetstream.Msg) Chunk {
-	h := m.Headers()
-	if v := h.Values(job.HeaderOutEnd); len(v) > 0 {
-		return Chunk{End: true, Reason: job.Reason(v[0])}
-	}
-	num := func(key string) int64 {
-		n, _ := strconv.ParseInt(h.Get(key), 10, 64)
-		return n
-	}
-	return Chunk{Stream: h.Get(job.HeaderOutStream), Data: m.Data(), Seq: int(num(job.HeaderOutSeq)),
-		Run: int(num(job.HeaderOutRun)), Skipped: num(job.HeaderOutSkipped)}
 }
 
 // directLast reads the last message on subject in stream with a direct
@@ -490,34 +502,19 @@ func (c *Client) Artifact(ctx context.Context, id, path string) (io.ReadCloser, 
 	return c.download(ctx, bucket, name, &want)
 }
 
-// noDeadline stands for "no deadline" with nats.go's Object Store, which
-// applies its default timeout (5s) to a whole download whose ctx has none.
-const noDeadline = 100 * 365 * 24 * time.Hour
-
-// download streams object name of bucket; with want, the bytes must be
-// want's size and sha256.
+// download streams object name of bucket with direct gets (direct.go);
+// with want, the bytes must also be want's size and sha256.
 func (c *Client) download(ctx context.Context, bucket, name string, want *job.Object) (io.ReadCloser, error) {
-	obs, err := c.objectStore(ctx, bucket)
-	if err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithCancel(ctx)
-	if _, ok := ctx.Deadline(); !ok {
-		dctx, cancel = context.WithTimeout(ctx, noDeadline)
-	}
-	// The start (a look-up and a consumer's creation) takes PublishTimeout
-	// at most, whatever the deadline of the read.
-	start := time.AfterFunc(c.cfg.PublishTimeout, cancel)
-	res, err := obs.Get(dctx, name)
-	if !start.Stop() && err == nil {
-		_ = res.Close()
-		err = fmt.Errorf("no answer in %s", c.cfg.PublishTimeout)
-	}
-	if err != nil {
-		cancel()
+	lctx, cancel := c.withTimeout(ctx)
+	m, err := c.objectMeta(lctx, bucket, name)
+	cancel()
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("client: get %s from %s: %w", name, bucket, err)
+	case m == nil || m.info.Deleted:
+		return nil, fmt.Errorf("client: get %s from %s: %w", name, bucket, jetstream.ErrObjectNotFound)
 	}
-	d := &downloadReader{res: res, cancel: cancel, name: name, want: want}
+	d := &downloadReader{r: c.newObjectReader(ctx, bucket, m), name: name, want: want}
 	if want != nil {
 		d.sum = sha256.New()
 	}
@@ -526,16 +523,18 @@ func (c *Client) download(ctx context.Context, bucket, name string, want *job.Ob
 
 // downloadReader is an object being read.
 type downloadReader struct {
-	res    jetstream.ObjectResult
-	cancel context.CancelFunc
-	name   string
-	want   *job.Object
-	sum    hash.Hash // with want
-	n      int64
+	r    *objectReader
+	name string
+	want *job.Object
+	sum  hash.Hash // with want
+	n    int64
 }
 
 func (d *downloadReader) Read(p []byte) (int, error) {
-	n, err := d.res.Read(p)
+	n, err := d.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("client: read %s: %w", d.name, err)
+	}
 	if d.want == nil {
 		return n, err
 	}
@@ -550,11 +549,8 @@ func (d *downloadReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (d *downloadReader) Close() error {
-	err := d.res.Close()
-	d.cancel()
-	return err
-}
+// Close ends the read (no request is in flight between two Reads).
+func (d *downloadReader) Close() error { return nil }
 
 // Put uploads r to the tenant's input bucket (job.InBucket) under ref
 // (job.CheckRef), replacing an object of that name, and returns its size

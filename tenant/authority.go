@@ -49,6 +49,7 @@ type Authority struct {
 	accClaims  *jwt.AccountClaims
 	accountJWT string
 	gateway    nkeys.KeyPair // the gateway's scoped signing key; nil until EnsureGatewayKey
+	tenants    map[string]*tenantAccount
 }
 
 // NewAuthority creates new operator, SYS and PADDOCK keys and signs their
@@ -81,6 +82,7 @@ func NewAuthority() (*Authority, error) {
 	a.accClaims.Name = AccountName
 	a.accClaims.Limits.JetStreamLimits = jwt.JetStreamLimits{
 		MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
+	a.accClaims.Exports = paddockExports()
 	if a.accountJWT, err = a.accClaims.Encode(op); err != nil {
 		return nil, fmt.Errorf("tenant: account JWT: %w", err)
 	}
@@ -141,12 +143,20 @@ func (a *Authority) Revoke(userPub string) error {
 	return nil
 }
 
-// Revoked reports whether userPub was revoked.
+// Revoked reports whether userPub was revoked in PADDOCK or in a tenant
+// account (by key, or with all of a tenant's users).
 func (a *Authority) Revoked(userPub string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, ok := a.accClaims.Revocations[userPub]
-	return ok
+	if _, ok := a.accClaims.Revocations[userPub]; ok {
+		return true
+	}
+	for _, ta := range a.tenants {
+		if _, ok := ta.claims.Revocations[userPub]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // The files of a saved Authority.
@@ -177,6 +187,9 @@ func (a *Authority) Save(dir string) error {
 		if err := writePrivate(filepath.Join(dir, GatewayKeyFile), append(seed, '\n')); err != nil {
 			return err
 		}
+	}
+	if err := a.saveTenants(dir); err != nil {
+		return err
 	}
 	keys := []nkeys.KeyPair{a.operator, a.sys, a.account}
 	jwts := []string{a.operatorJWT, a.sysJWT, accJWT}
@@ -220,6 +233,9 @@ func LoadAuthority(dir string) (*Authority, error) {
 	a.gateway = gw
 	if err := a.check(); err != nil {
 		return nil, fmt.Errorf("%w in %s: %w", ErrAuthority, dir, err)
+	}
+	if err := a.loadTenants(dir); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

@@ -17,7 +17,9 @@ func TestSaveAndLoadAuthority(t *testing.T) {
 	require.NoError(t, err)
 	_, revoked, err := a.IssueUser(tenant.RoleTenant, "gone", "")
 	require.NoError(t, err)
-	require.NoError(t, a.Revoke(revoked))
+	require.NoError(t, a.RevokeTenantUser("gone", revoked))
+	_, _, err = a.IssueUser(tenant.RoleTenant, "dev", "")
+	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "auth")
 	require.NoError(t, a.Save(dir))
 
@@ -26,11 +28,15 @@ func TestSaveAndLoadAuthority(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o700), di.Mode().Perm())
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	assert.Len(t, entries, 6, "three seeds, three JWTs, no temporary file")
+	assert.Len(t, entries, 7, "three seeds, three JWTs, the tenant accounts, no temporary file")
 	for _, e := range entries {
 		fi, err := e.Info()
 		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), e.Name())
+		want := os.FileMode(0o600)
+		if e.IsDir() {
+			want = 0o700
+		}
+		assert.Equal(t, want, fi.Mode().Perm(), e.Name())
 	}
 
 	b, err := tenant.LoadAuthority(dir)
@@ -40,6 +46,13 @@ func TestSaveAndLoadAuthority(t *testing.T) {
 	assert.Equal(t, a.AccountKey(), b.AccountKey())
 	assert.Equal(t, a.AccountJWT(), b.AccountJWT())
 	assert.True(t, b.Revoked(revoked), "revocations survive a reload")
+	assert.Equal(t, a.Tenants(), b.Tenants())
+	for _, name := range a.Tenants() {
+		aj, _ := a.TenantAccountJWT(name)
+		bj, ok := b.TenantAccountJWT(name)
+		assert.True(t, ok)
+		assert.Equal(t, aj, bj, name)
+	}
 
 	// Users issued by the loaded authority connect to a server trusting the
 	// original one.

@@ -44,11 +44,14 @@ type User struct {
 	IssuedAt time.Time
 }
 
-// IssueUser creates a user of the PADDOCK account with role's permissions
-// (Permissions) and returns its credentials file (the text nsc writes:
-// the user JWT and its seed) and public key. tenantName names the tenant
-// of RoleTenant and must be empty otherwise. name defaults to
-// "tenant:<tenant>", "svc:<role>" or "admin".
+// IssueUser creates a user with role's permissions (Permissions) and
+// returns its credentials file (the text nsc writes: the user JWT and its
+// seed) and public key. A service's user belongs to PADDOCK; a tenant's
+// (RoleTenant, tenantName naming the tenant; empty otherwise) belongs to
+// the tenant's own account, which IssueUser creates when it is missing
+// (EnsureTenantAccount: then Save the authority and push it, or the
+// servers refuse the user). name defaults to "tenant:<tenant>",
+// "svc:<role>" or "admin".
 func (a *Authority) IssueUser(role Role, tenantName, name string) (creds []byte, pub string, err error) {
 	perms, err := Permissions(role, tenantName)
 	if err != nil {
@@ -58,10 +61,17 @@ func (a *Authority) IssueUser(role Role, tenantName, name string) (creds []byte,
 		name = defaultUserName(role, tenantName)
 	}
 	tags := []string{TagRolePrefix + string(role)}
+	signer := a.account
 	if role == RoleTenant {
 		tags = append(tags, TagTenantPrefix+tenantName)
+		if _, err := a.EnsureTenantAccount(tenantName); err != nil {
+			return nil, "", err
+		}
+		if signer, err = a.tenantAccountKey(tenantName); err != nil {
+			return nil, "", err
+		}
 	}
-	return issue(a.account, name, perms, tags)
+	return issue(signer, name, perms, tags)
 }
 
 func defaultUserName(role Role, tenantName string) string {

@@ -22,8 +22,11 @@ func TestIssuedUsers(t *testing.T) {
 	require.NoError(t, err)
 	grant, err := tenant.GrantOf(tenant.RoleTenant, "dev")
 	require.NoError(t, err)
+	devAccount, err := a.TenantAccountKey("dev")
+	require.NoError(t, err)
+	assert.NotEqual(t, a.AccountKey(), devAccount)
 	assert.Equal(t, tenant.User{Key: pub, Name: "tenant:dev", Grant: grant, Role: tenant.RoleTenant, Tenant: "dev",
-		Account: a.AccountKey(), IssuedAt: u.IssuedAt}, u)
+		Account: devAccount, IssuedAt: u.IssuedAt}, u)
 	assert.False(t, u.IssuedAt.IsZero())
 	assert.True(t, u.Grant.Current(tenant.RoleTenant, "dev"))
 	assert.False(t, u.Grant.Current(tenant.RoleTenant, "other"))
@@ -39,7 +42,7 @@ func TestIssuedUsers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, uc.Tags, "paddock-tenant:dev")
 	assert.Contains(t, uc.Tags, "paddock-role:tenant")
-	assert.Equal(t, a.AccountKey(), uc.Issuer, "signed by the PADDOCK account")
+	assert.Equal(t, devAccount, uc.Issuer, "signed by dev's own account")
 
 	sched, _, err := a.IssueUser(tenant.RoleScheduler, "", "")
 	require.NoError(t, err)

@@ -3,13 +3,16 @@
 // (Registry), and the NATS identities that keep tenants apart (Authority).
 //
 // Paddock runs NATS in operator mode (decentralized JWT authentication): an
-// operator signs two accounts, the system account SYS and the application
-// account PADDOCK (JetStream on), and PADDOCK signs one user per tenant and
-// per service. A user's JWT carries its role's permissions (Permissions), so
-// the NATS server, not the client, refuses a tenant that publishes to
-// another tenant's subjects. Credentials are the standard ".creds" files of
-// nsc; revoking a user re-signs the account JWT and pushes it to the
-// servers (Revoke, PushAccount).
+// operator signs the system account SYS, the application account PADDOCK
+// (JetStream on: every stream and bucket, and the services' users), and
+// one account per tenant (account.go), whose only way into PADDOCK is the
+// imports of that tenant's own subjects. Whatever the server publishes on
+// a tenant's behalf (a reply, a consumer's delivery) stays in the tenant's
+// account, so no tenant can make the server write into another's streams.
+// A user's JWT also carries its role's permissions (Permissions).
+// Credentials are the standard ".creds" files of nsc; revoking a user
+// re-signs its account's JWT and pushes it to the servers
+// (RevokeTenantUser, Revoke, PushAccount).
 //
 // The package imports only job of this project.
 package tenant

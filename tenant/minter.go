@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,15 +21,6 @@ import (
 // key by it, and removes the other keys of that role (a replaced key).
 const GatewayKeyRole = "paddock-gateway"
 
-// tenantTemplate is what the gateway key's permission template holds
-// where a tenant's grant names the tenant: the server puts there the
-// value of the user's "paddock-tenant:" tag.
-var tenantTemplate = "{{tag(" + strings.TrimSuffix(TagTenantPrefix, ":") + ")}}"
-
-// templateTenant is the tenant whose grant becomes the template: a valid
-// tenant name that no other part of a subject spells.
-const templateTenant = "t-e-m-p-l-a-t-e-0"
-
 // Bounds of a minted user's lifetime.
 const (
 	MinMintTTL = time.Second
@@ -39,42 +31,23 @@ const (
 // bad argument.
 var ErrMint = errors.New("tenant: cannot mint")
 
-// gatewayScope is the scope of the gateway key pub: a user it signs gets
-// exactly the grant of the tenant in its "paddock-tenant:" tag (tenantGrant,
-// with that tenant's name put in by the server), and a user without that
-// tag gets nothing (the server drops a subject whose tag is missing, and
-// denies everything when none is left).
-func gatewayScope(pub string) (*jwt.UserScope, error) {
-	g := tenantGrant(templateTenant)
-	s := jwt.NewUserScope()
-	s.Key, s.Role = pub, GatewayKeyRole
-	s.Description = "Paddock gateway: a tenant's own permissions, for the tenant in the user's paddock-tenant tag"
-	for _, l := range []struct {
-		from []string
-		to   *jwt.StringList
-	}{{g.Pub, &s.Template.Pub.Allow}, {g.Sub, &s.Template.Sub.Allow}} {
-		for _, subj := range l.from {
-			if !strings.Contains(subj, templateTenant) {
-				// It would be granted to every user of the key, whatever its tag.
-				return nil, fmt.Errorf("tenant: the tenant grant's subject %q names no tenant: it cannot be in the gateway key's template", subj)
-			}
-			l.to.Add(strings.ReplaceAll(subj, templateTenant, tenantTemplate))
-		}
-	}
-	return s, nil
-}
-
 // Minter makes the NATS users through which the gateway acts as a tenant.
 // It holds the gateway's scoped signing key (Authority.EnsureGatewayKey),
-// never the account's: a user it signs carries no permissions of its own,
-// and the server gives it those of the key's template, the grant of the
-// tenant named in its tag. The key can thus act as any tenant, and as
-// nothing else. It is safe for concurrent use.
+// never an account's: a user it signs is a user of the tenant's own
+// account, carries no permissions of its own, and the server gives it
+// those of the key's scope in that account, the tenant's grant. The key
+// can thus act as any tenant, and as nothing else. It is safe for
+// concurrent use.
 type Minter struct {
-	account string
-	key     nkeys.KeyPair
-	ttl     time.Duration
+	accounts AccountLookup
+	key      nkeys.KeyPair
+	ttl      time.Duration
 }
+
+// AccountLookup returns the public key of a tenant's account (the
+// registry keeps it: Tenant.Account; Authority.TenantAccountKey derives
+// it).
+type AccountLookup func(tenant string) (string, error)
 
 // MinterConfig configures a Minter; a zero field takes its default.
 type MinterConfig struct {
@@ -85,18 +58,17 @@ type MinterConfig struct {
 }
 
 // NewMinter returns a Minter signing with the gateway key's seed for the
-// account whose public key is account (Authority.AccountKey; the
-// gateway's own service user names it too: UserOfCreds(…).Account).
-func NewMinter(account string, seed []byte, cfg MinterConfig) (*Minter, error) {
-	if !nkeys.IsValidPublicAccountKey(account) {
-		return nil, fmt.Errorf("%w: %q is not the public key of an account (\"A…\")", ErrMint, account)
+// tenant accounts that accounts names.
+func NewMinter(accounts AccountLookup, seed []byte, cfg MinterConfig) (*Minter, error) {
+	if accounts == nil {
+		return nil, fmt.Errorf("%w: no account lookup", ErrMint)
 	}
 	kp, err := nkeys.FromSeed(seed)
 	if err != nil {
 		return nil, fmt.Errorf("%w: gateway key: %w", ErrMint, err)
 	}
-	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicAccountKey(pub) || pub == account {
-		return nil, fmt.Errorf("%w: the gateway key must be an account signing key (a seed \"SA…\") other than the account's own", ErrMint)
+	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicAccountKey(pub) {
+		return nil, fmt.Errorf("%w: the gateway key must be an account signing key (a seed \"SA…\")", ErrMint)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = time.Hour
@@ -104,12 +76,12 @@ func NewMinter(account string, seed []byte, cfg MinterConfig) (*Minter, error) {
 	if cfg.TTL < MinMintTTL || cfg.TTL > MaxMintTTL {
 		return nil, fmt.Errorf("%w: TTL %s: use %s to %s", ErrMint, cfg.TTL, MinMintTTL, MaxMintTTL)
 	}
-	return &Minter{account: account, key: kp, ttl: cfg.TTL}, nil
+	return &Minter{accounts: accounts, key: kp, ttl: cfg.TTL}, nil
 }
 
 // LoadMinter is NewMinter with the seed in the file at path (the
 // authority's gateway.nk), which only its owner may read.
-func LoadMinter(account, path string, cfg MinterConfig) (*Minter, error) {
+func LoadMinter(accounts AccountLookup, path string, cfg MinterConfig) (*Minter, error) {
 	kp, err := readSeed(path)
 	if err != nil {
 		return nil, err
@@ -118,7 +90,7 @@ func LoadMinter(account, path string, cfg MinterConfig) (*Minter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMint, path, err)
 	}
-	return NewMinter(account, seed, cfg)
+	return NewMinter(accounts, seed, cfg)
 }
 
 // Key is the public key of the Minter's signing key.
@@ -126,7 +98,7 @@ func (m *Minter) Key() string { return publicKey(m.key) }
 
 // Creds mints a new user of tenantName valid for ttl: its JWT (tags
 // paddock-role:tenant and paddock-tenant:<tenant>, no permissions of its
-// own, issued for the PADDOCK account) and its key pair, which signs the
+// own, issued for the tenant's account) and its key pair, which signs the
 // server's nonce. Connect with nats.UserJWT, or Option.
 func (m *Minter) Creds(tenantName string, ttl time.Duration) (string, nkeys.KeyPair, error) {
 	if err := job.CheckTenant(tenantName); err != nil {
@@ -136,13 +108,20 @@ func (m *Minter) Creds(tenantName string, ttl time.Duration) (string, nkeys.KeyP
 	if ttl < MinMintTTL || ttl > MaxMintTTL {
 		return "", nil, fmt.Errorf("%w: ttl %s: use %s to %s", ErrMint, ttl, MinMintTTL, MaxMintTTL)
 	}
+	account, err := m.accounts(tenantName)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: the account of tenant %s: %w", ErrMint, tenantName, err)
+	}
+	if !nkeys.IsValidPublicAccountKey(account) {
+		return "", nil, fmt.Errorf("%w: tenant %s has no account (%q): run `paddock tenant migrate` (or restart `paddock up`)", ErrMint, tenantName, account)
+	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return "", nil, fmt.Errorf("tenant: user key: %w", err)
 	}
 	uc := jwt.NewUserClaims(publicKey(kp))
 	uc.Name = "gateway:" + tenantName
-	uc.IssuerAccount = m.account
+	uc.IssuerAccount = account
 	uc.SetScoped(true) // the key's template decides; the server refuses a scoped user with its own
 	uc.Tags.Add(TagRolePrefix+string(RoleTenant), TagTenantPrefix+tenantName)
 	exp := time.Now().Add(ttl)
@@ -205,53 +184,75 @@ func (m *Minter) callbacks(tenantName string) (nats.UserJWTHandler, nats.Signatu
 	return userJWT, sign
 }
 
-// EnsureGatewayKey gives the authority the gateway's scoped signing key,
-// whose users get a tenant's permissions and nothing else (gatewayScope),
-// creating the key when the authority has none (one saved before this
-// version), and puts it in the PADDOCK account JWT with the current
-// template (which follows tenantGrant: an upgrade that changed the grant
-// changes the template). It also removes any other key of GatewayKeyRole
-// from the account (delete gateway.nk and call it again to replace a
-// leaked key: the servers then close the old key's connections).
+// EnsureGatewayKey gives the authority the gateway's signing key,
+// creating it when the authority has none (one saved before this version),
+// and brings every account JWT to this version: PADDOCK exports what
+// tenants import (paddockExports) and holds no gateway key (a gateway key
+// of GatewayKeyRole there, from a version whose tenants lived in PADDOCK,
+// is removed, so users it signed there stop working), and each tenant
+// account has its imports and the gateway key scoped to its grant. Delete
+// gateway.nk and call it again to replace a leaked key.
 //
-// changed reports that the account JWT was re-signed. The caller must
-// then Save the authority (gateway.nk and account.jwt) and get the new
-// account JWT to the servers: PushAccount to a running server, or its
-// preload (ConfigureServer, ServerConfig) when it starts. Until a server
-// has it, the server refuses the users the key signs.
+// changed reports a new key or a re-signed account JWT. The caller must then
+// Save the authority and get the new JWTs to the servers: PushAccount to
+// a running server, or its preload (ConfigureServer, ServerConfig) when it
+// starts. Until a server has them, it refuses the users the key signs.
 func (a *Authority) EnsureGatewayKey() (changed bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	gw := a.gateway
-	if gw == nil {
-		if gw, err = nkeys.CreateAccount(); err != nil {
+	if a.gateway == nil {
+		gw, err := nkeys.CreateAccount()
+		if err != nil {
 			return false, fmt.Errorf("tenant: gateway key: %w", err)
 		}
+		a.gateway, changed = gw, true
 	}
-	pub := publicKey(gw)
-	scope, err := gatewayScope(pub)
+	c, err := a.ensurePaddockAccount()
 	if err != nil {
 		return false, err
 	}
+	changed = changed || c
+	for t := range a.tenants {
+		c, err := a.ensureTenantAccount(t)
+		if err != nil {
+			return false, err
+		}
+		changed = changed || c
+	}
+	return changed, nil
+}
+
+// ensurePaddockAccount re-signs PADDOCK with paddockExports and without a
+// gateway key, when it differs.
+func (a *Authority) ensurePaddockAccount() (bool, error) {
 	keys := jwt.SigningKeys{}
 	for k, s := range a.accClaims.SigningKeys {
-		if us, ok := s.(*jwt.UserScope); k != pub && (!ok || us.Role != GatewayKeyRole) {
+		if us, ok := s.(*jwt.UserScope); !ok || us.Role != GatewayKeyRole {
 			keys[k] = s
 		}
 	}
-	keys.AddScopedSigner(scope)
-	if sameKeys(keys, a.accClaims.SigningKeys) {
-		a.gateway = gw
+	ex := paddockExports()
+	if sameKeys(keys, a.accClaims.SigningKeys) && exportsString(ex) == exportsString(a.accClaims.Exports) {
 		return false, nil
 	}
 	c := *a.accClaims
-	c.SigningKeys = keys
+	c.SigningKeys, c.Exports = keys, ex
 	token, err := c.Encode(a.operator)
 	if err != nil {
-		return false, fmt.Errorf("tenant: re-sign account JWT with the gateway key: %w", err)
+		return false, fmt.Errorf("tenant: re-sign account JWT with its exports: %w", err)
 	}
-	a.accClaims, a.accountJWT, a.gateway = &c, token, gw
+	a.accClaims, a.accountJWT = &c, token
 	return true, nil
+}
+
+// exportsString is exports in a comparable form.
+func exportsString(ex jwt.Exports) string {
+	var parts []string
+	for _, e := range ex {
+		parts = append(parts, fmt.Sprintf("%s|%s|%v", e.Type, e.Subject, e.TokenReq))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ";")
 }
 
 // sameKeys compares signing keys as the account JWT encodes them (sorted

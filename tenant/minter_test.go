@@ -31,7 +31,7 @@ func gatewaySetup(t *testing.T, cfg tenant.MinterConfig) (*setup, *tenant.Minter
 	s.push(t)
 	seed, err := s.auth.GatewaySeed()
 	require.NoError(t, err)
-	m, err := tenant.NewMinter(s.auth.AccountKey(), seed, cfg)
+	m, err := tenant.NewMinter(s.auth.TenantAccountKey, seed, cfg)
 	require.NoError(t, err)
 	return s, m
 }
@@ -183,7 +183,9 @@ func TestMintedUserSubmitsAndReadsAsItsTenant(t *testing.T) {
 	got, err := tenant.TenantOfCreds(creds)
 	require.NoError(t, err)
 	assert.Equal(t, "alpha", got)
-	assert.Equal(t, s.auth.AccountKey(), uc.IssuerAccount)
+	alphaAccount, err := s.auth.TenantAccountKey("alpha")
+	require.NoError(t, err)
+	assert.Equal(t, alphaAccount, uc.IssuerAccount, "a user of alpha's own account")
 	assert.Equal(t, s.auth.GatewayKey(), uc.Issuer)
 	assert.True(t, uc.HasEmptyPermissions(), "no permissions of its own")
 }
@@ -200,7 +202,8 @@ func signWithGatewayKey(t *testing.T, s *setup, edit func(*jwt.UserClaims)) erro
 	require.NoError(t, err)
 	pub, _ := user.PublicKey()
 	uc := jwt.NewUserClaims(pub)
-	uc.IssuerAccount = s.auth.AccountKey()
+	uc.IssuerAccount, err = s.auth.TenantAccountKey("alpha")
+	require.NoError(t, err)
 	uc.SetScoped(true)
 	edit(uc)
 	token, err := uc.Encode(gk)
@@ -231,6 +234,7 @@ func TestGatewayKeyCannotGrantMore(t *testing.T) {
 		"deny only":   func(uc *jwt.UserClaims) { alpha(uc); uc.Pub.Deny.Add("nothing") },
 		"limits":      func(uc *jwt.UserClaims) { alpha(uc); uc.Subs = 10 },
 		"no issuer":   func(uc *jwt.UserClaims) { alpha(uc); uc.IssuerAccount = "" },
+		"in PADDOCK":  func(uc *jwt.UserClaims) { alpha(uc); uc.IssuerAccount = s.auth.AccountKey() },
 		"bearer":      func(uc *jwt.UserClaims) { alpha(uc); uc.BearerToken = true },
 		"unscoped NL": func(uc *jwt.UserClaims) { alpha(uc); uc.SetScoped(false) },
 	} {
@@ -238,29 +242,32 @@ func TestGatewayKeyCannotGrantMore(t *testing.T) {
 	}
 }
 
-// A user of the gateway key without a tenant tag is let in with nothing:
-// every subject of the template needs the tag.
-func TestGatewayUserWithoutATenantGetsNothing(t *testing.T) {
+// A user of the gateway key is a user of the account that names it: its
+// tags cannot make it another tenant's (the scope is the account's, not a
+// template of the tags).
+func TestGatewayUserIsItsAccountsTenant(t *testing.T) {
 	t.Parallel()
 	s, _ := gatewaySetup(t, tenant.MinterConfig{})
 	seed, err := s.auth.GatewaySeed()
 	require.NoError(t, err)
 	gk, err := nkeys.FromSeed(seed)
 	require.NoError(t, err)
-	for _, tags := range [][]string{nil, {tenant.TagRolePrefix + "admin"}, {"paddock-tenants:alpha"}} {
+	alphaAccount, err := s.auth.TenantAccountKey("alpha")
+	require.NoError(t, err)
+	for _, tags := range [][]string{nil, {tenant.TagRolePrefix + "admin"}, {tenant.TagTenantPrefix + "beta"}} {
 		user, err := nkeys.CreateUser()
 		require.NoError(t, err)
 		pub, _ := user.PublicKey()
 		uc := jwt.NewUserClaims(pub)
-		uc.IssuerAccount = s.auth.AccountKey()
+		uc.IssuerAccount = alphaAccount
 		uc.SetScoped(true)
 		uc.Tags.Add(tags...)
 		token, err := uc.Encode(gk)
 		require.NoError(t, err)
 		c := mustDial(t, s.url, "", nats.UserJWT(
 			func() (string, error) { return token, nil }, func(n []byte) ([]byte, error) { return user.Sign(n) }))
-		for p := range tenantProbes() {
-			assert.False(t, allowed(t, c, p), "tags %v: %s", tags, p)
+		for p, want := range tenantProbes() {
+			assert.Equal(t, want, allowed(t, c, p), "tags %v: %s", tags, p)
 		}
 		for _, p := range []probe{{false, "_INBOX.x"}, {true, "_INBOX.>"}, {false, "$JS.API.INFO"}} {
 			assert.False(t, allowed(t, c, p), "tags %v: %s", tags, p)
@@ -284,34 +291,35 @@ func TestGatewayKeyTemplateIsTheTenantGrant(t *testing.T) {
 
 	ac, err := jwt.DecodeAccountClaims(a.AccountJWT())
 	require.NoError(t, err)
-	require.Len(t, ac.SigningKeys, 1)
-	scope, ok := ac.SigningKeys[a.GatewayKey()].(*jwt.UserScope)
-	require.True(t, ok, "a scoped key")
+	assert.Empty(t, ac.SigningKeys, "PADDOCK has no gateway key: the gateway acts only as tenants")
+
+	// A tenant's account has the key, scoped to exactly its grant.
+	_, pub, err := a.IssueUser(tenant.RoleTenant, "dev", "")
+	require.NoError(t, err)
+	scopeOf := func() *jwt.UserScope {
+		token, ok := a.TenantAccountJWT("dev")
+		require.True(t, ok)
+		tc, err := jwt.DecodeAccountClaims(token)
+		require.NoError(t, err)
+		require.Len(t, tc.SigningKeys, 1)
+		scope, ok := tc.SigningKeys[a.GatewayKey()].(*jwt.UserScope)
+		require.True(t, ok, "a scoped key")
+		return scope
+	}
+	scope := scopeOf()
 	assert.Equal(t, tenant.GatewayKeyRole, scope.Role)
 	want, err := tenant.Permissions(tenant.RoleTenant, "dev")
 	require.NoError(t, err)
-	expand := func(l jwt.StringList) []string {
-		var out []string
-		for _, s := range l {
-			require.Contains(t, s, "{{tag(paddock-tenant)}}", "every subject needs the tag")
-			out = append(out, strings.ReplaceAll(s, "{{tag(paddock-tenant)}}", "dev"))
-		}
-		return out
-	}
-	assert.Equal(t, []string(want.Pub.Allow), expand(scope.Template.Pub.Allow))
-	assert.Equal(t, []string(want.Sub.Allow), expand(scope.Template.Sub.Allow))
+	assert.Equal(t, []string(want.Pub.Allow), []string(scope.Template.Pub.Allow))
+	assert.Equal(t, []string(want.Sub.Allow), []string(scope.Template.Sub.Allow))
 	assert.Empty(t, scope.Template.Pub.Deny)
 	assert.Empty(t, scope.Template.Sub.Deny)
 	assert.Nil(t, scope.Template.Resp)
 	assert.False(t, scope.Template.BearerToken)
 
 	// A revocation re-signs the account and keeps the key.
-	_, pub, err := a.IssueUser(tenant.RoleTenant, "dev", "")
-	require.NoError(t, err)
-	require.NoError(t, a.Revoke(pub))
-	ac, err = jwt.DecodeAccountClaims(a.AccountJWT())
-	require.NoError(t, err)
-	assert.Contains(t, ac.SigningKeys, a.GatewayKey())
+	require.NoError(t, a.RevokeTenantUser("dev", pub))
+	assert.Equal(t, tenant.GatewayKeyRole, scopeOf().Role)
 	changed, err = a.EnsureGatewayKey()
 	require.NoError(t, err)
 	assert.False(t, changed)
@@ -342,13 +350,13 @@ func TestGatewayKeyIsSavedAndLoaded(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, changed, "a loaded key and template are the same")
 
-	m, err := tenant.LoadMinter(b.AccountKey(), filepath.Join(dir, tenant.GatewayKeyFile), tenant.MinterConfig{})
+	m, err := tenant.LoadMinter(b.TenantAccountKey, filepath.Join(dir, tenant.GatewayKeyFile), tenant.MinterConfig{})
 	require.NoError(t, err)
 	assert.Equal(t, b.GatewayKey(), m.Key())
 	require.NoError(t, os.Chmod(filepath.Join(dir, tenant.GatewayKeyFile), 0o640))
 	_, err = tenant.LoadAuthority(dir)
 	require.ErrorIs(t, err, tenant.ErrInsecureFile)
-	_, err = tenant.LoadMinter(b.AccountKey(), filepath.Join(dir, tenant.GatewayKeyFile), tenant.MinterConfig{})
+	_, err = tenant.LoadMinter(b.TenantAccountKey, filepath.Join(dir, tenant.GatewayKeyFile), tenant.MinterConfig{})
 	require.ErrorIs(t, err, tenant.ErrInsecureFile)
 
 	// A user seed is no signing key.
@@ -377,9 +385,12 @@ func TestReplacingTheGatewayKey(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	assert.NotEqual(t, oldMinter.Key(), a.GatewayKey())
-	ac, err := jwt.DecodeAccountClaims(a.AccountJWT())
+	token, ok := a.TenantAccountJWT("alpha")
+	require.True(t, ok)
+	ac, err := jwt.DecodeAccountClaims(token)
 	require.NoError(t, err)
 	assert.Len(t, ac.SigningKeys, 1, "the old key is gone from the account")
+	assert.Contains(t, ac.SigningKeys, a.GatewayKey())
 	s.auth = a
 	s.push(t)
 
@@ -392,7 +403,7 @@ func TestReplacingTheGatewayKey(t *testing.T) {
 	requireAuthViolation(t, err, "the old key signs no more users")
 	seed, err := a.GatewaySeed()
 	require.NoError(t, err)
-	m, err := tenant.NewMinter(a.AccountKey(), seed, tenant.MinterConfig{})
+	m, err := tenant.NewMinter(a.TenantAccountKey, seed, tenant.MinterConfig{})
 	require.NoError(t, err)
 	c := mustDial(t, s.url, "", m.Option("alpha"))
 	assert.True(t, allowed(t, c, probe{false, job.SubmitSubject("alpha")}))
@@ -436,21 +447,26 @@ func TestMinterRefusesBadInput(t *testing.T) {
 		return s
 	}()
 	for name, tc := range map[string]struct {
-		account string
-		seed    []byte
-		ttl     time.Duration
+		accounts tenant.AccountLookup
+		seed     []byte
+		ttl      time.Duration
 	}{
-		"not an account": {a.OperatorKey(), seed, 0},
-		"user seed":      {a.AccountKey(), userSeed, 0},
-		"no seed":        {a.AccountKey(), []byte("nope"), 0},
-		"ttl too short":  {a.AccountKey(), seed, time.Millisecond},
-		"ttl too long":   {a.AccountKey(), seed, 25 * time.Hour},
+		"no lookup":     {nil, seed, 0},
+		"user seed":     {a.TenantAccountKey, userSeed, 0},
+		"no seed":       {a.TenantAccountKey, []byte("nope"), 0},
+		"ttl too short": {a.TenantAccountKey, seed, time.Millisecond},
+		"ttl too long":  {a.TenantAccountKey, seed, 25 * time.Hour},
 	} {
-		_, err := tenant.NewMinter(tc.account, tc.seed, tenant.MinterConfig{TTL: tc.ttl})
+		_, err := tenant.NewMinter(tc.accounts, tc.seed, tenant.MinterConfig{TTL: tc.ttl})
 		assert.ErrorIs(t, err, tenant.ErrMint, name)
 	}
+	// A lookup that names no account (a tenant of an older version).
+	noAccount, err := tenant.NewMinter(func(string) (string, error) { return "", nil }, seed, tenant.MinterConfig{})
+	require.NoError(t, err)
+	_, _, err = noAccount.Creds("alpha", time.Minute)
+	assert.ErrorIs(t, err, tenant.ErrMint)
 
-	m, err := tenant.NewMinter(a.AccountKey(), seed, tenant.MinterConfig{})
+	m, err := tenant.NewMinter(a.TenantAccountKey, seed, tenant.MinterConfig{})
 	require.NoError(t, err)
 	for _, bad := range []string{"", "*", ">", "a.>", "Alpha", "alpha.beta", "a b", strings.Repeat("a", 33)} {
 		_, _, err := m.Creds(bad, time.Minute)
@@ -489,7 +505,7 @@ func BenchmarkMinterCreds(b *testing.B) {
 	require.NoError(b, err)
 	seed, err := a.GatewaySeed()
 	require.NoError(b, err)
-	m, err := tenant.NewMinter(a.AccountKey(), seed, tenant.MinterConfig{})
+	m, err := tenant.NewMinter(a.TenantAccountKey, seed, tenant.MinterConfig{})
 	require.NoError(b, err)
 	for b.Loop() {
 		if _, _, err := m.Creds("alpha", time.Hour); err != nil {

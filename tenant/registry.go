@@ -100,6 +100,27 @@ func (r *Registry) Get(ctx context.Context, name string) (Tenant, error) {
 	return decodeRecord(name, e.Value())
 }
 
+// ErrNoAccount is wrapped when a tenant's record names no account (it was
+// recorded before tenants had accounts).
+var ErrNoAccount = errors.New("tenant: no account")
+
+// Accounts returns an AccountLookup (for a Minter) that reads a tenant's
+// account from its record, each look-up bounded by defaultTimeout.
+func (r *Registry) Accounts() AccountLookup {
+	return func(name string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+		defer cancel()
+		t, err := r.Get(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		if t.Account == "" {
+			return "", fmt.Errorf("%w: tenant %s was recorded before tenants had accounts: run `paddock tenant migrate` (or restart `paddock up`)", ErrNoAccount, name)
+		}
+		return t.Account, nil
+	}
+}
+
 // List returns every tenant, by name.
 func (r *Registry) List(ctx context.Context) ([]Tenant, error) {
 	ctx, cancel := withDefaultTimeout(ctx)

@@ -35,6 +35,11 @@ const (
 	RoleAdmin Role = "admin"
 )
 
+// ServiceReplyPrefix starts the reply subject of a request that reached
+// PADDOCK through a service import (the server's rewrite of the
+// requester's reply subject); a service answering tenants may publish on it.
+const ServiceReplyPrefix = "_R_."
+
 // GatewayInboxPrefix is the inbox prefix of RoleGateway's connections. A
 // tenant's name starts with a letter, so no tenant's inbox
 // (job.InboxPrefix) is under it, nor is it under one of theirs.
@@ -66,7 +71,9 @@ type Grant struct {
 // logs a "Permissions Violation" naming it).
 var serviceGrants = map[Role]Grant{
 	RoleScheduler: {
-		Pub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>"},
+		// _R_.>: the reply subjects of requests that come from a tenant's
+		// account through an import (its cancel and list requests).
+		Pub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>", ServiceReplyPrefix + ">"},
 		Sub: []string{"paddock.>", "$JS.API.>", "$JS.ACK.>", "_INBOX.>", "$KV." + RegistryBucket + ".>", "$JS.FC.>"},
 	},
 	RoleWorker: {
@@ -101,29 +108,27 @@ func gatewayGrant() Grant {
 // kvStream is the stream behind a KV bucket.
 func kvStream(bucket string) string { return "KV_" + bucket }
 
-// tenantGrant is the grant of tenant t: submit, cancel and list jobs as t, read t's
-// results (live, and the last one of a job by a JetStream direct get), t's
-// live output, and replies on t's own inbox prefix (job.InboxPrefix; the
-// tenant's connections must use it: nats.CustomInboxPrefix).
+// tenantGrant is the grant of tenant t: submit, cancel and list jobs as t,
+// read t's results (live, and the last one of a job by a JetStream direct
+// get), t's live output, and replies on t's own inbox prefix
+// (job.InboxPrefix; the tenant's connections must use it:
+// nats.CustomInboxPrefix).
 //
 // Agent I/O: t may read its live output stream (job.OutputStream) and its
-// output bucket (job.OutBucket), and read and write its input bucket
-// (job.InBucket). Each of those streams holds only t's data, so t may run
-// any consumer on them; it may not create, update, delete or purge the
-// first two (the fleet does), and may purge only its input bucket (the
-// Object Store's overwrite).
+// output and input buckets (job.OutBucket, job.InBucket) with stream infos
+// and direct gets, write objects into its input bucket and purge it (the
+// Object Store's overwrite). It may create no consumer: a consumer's
+// deliver subject is one the server publishes on for the client, which no
+// permission checks (see account.go). The grant is also exactly what t's
+// account imports from PADDOCK (tenantImports).
 func tenantGrant(t string) Grant {
-	pub := []string{
-		job.SubmitSubject(t),
-		job.CancelRequestSubject(t),
-		"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
-		job.JobsRequestSubject(t),
+	pub := tenantRequests(t)
+	for _, s := range pub {
+		if local, ok := localAPISubject(s); ok {
+			// The server checks the subject an account mapping gives too.
+			pub = append(pub, local)
+		}
 	}
-	for _, st := range []string{job.OutputStream(t), objStream(job.OutBucket(t)), objStream(job.InBucket(t))} {
-		pub = append(pub, streamReader(st)...)
-	}
-	in := job.InBucket(t)
-	pub = append(pub, "$O."+in+".>", "$JS.API.STREAM.PURGE."+objStream(in))
 	return Grant{
 		Pub: pub,
 		Sub: []string{
@@ -132,6 +137,22 @@ func tenantGrant(t string) Grant {
 			job.OutputSubjects(t),
 		},
 	}
+}
+
+// tenantRequests are the subjects tenant t publishes on: its requests to
+// the fleet and to JetStream, and its uploads (see tenantGrant).
+func tenantRequests(t string) []string {
+	pub := []string{
+		job.SubmitSubject(t),
+		job.CancelRequestSubject(t),
+		"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
+		job.JobsRequestSubject(t),
+	}
+	for _, st := range []string{job.OutputStream(t), objStream(job.OutBucket(t)), objStream(job.InBucket(t))} {
+		pub = append(pub, "$JS.API.STREAM.INFO."+st, "$JS.API.DIRECT.GET."+st, "$JS.API.DIRECT.GET."+st+".>")
+	}
+	in := job.InBucket(t)
+	return append(pub, "$O."+in+".>", "$JS.API.STREAM.PURGE."+objStream(in))
 }
 
 // objStream is the stream behind an Object Store bucket.

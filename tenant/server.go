@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +37,7 @@ func (a *Authority) ConfigureServer(opts *server.Options, resolverDir string) er
 	if err != nil {
 		return fmt.Errorf("tenant: account resolver in %s: %w", resolverDir, err)
 	}
-	for pub, token := range map[string]string{a.SystemAccountKey(): a.sysJWT, a.AccountKey(): a.AccountJWT()} {
+	for pub, token := range a.accountJWTs() {
 		if err := res.Store(pub, token); err != nil {
 			res.Close()
 			return fmt.Errorf("tenant: preload account %s: %w", pub, err)
@@ -55,8 +57,9 @@ func (a *Authority) ConfigureServer(opts *server.Options, resolverDir string) er
 
 // ServerConfig returns the operator-mode part of a nats-server.conf for a
 // standalone server (Compose, Kubernetes): the operator JWT, the system
-// account, a "full" resolver storing JWTs in resolverDir, and the SYS and
-// PADDOCK JWTs preloaded. Add listen, jetstream {…} and the rest around it.
+// account, a "full" resolver storing JWTs in resolverDir, and the SYS,
+// PADDOCK and tenant account JWTs preloaded (a tenant added later reaches a
+// running server by PushAccount). Add listen, jetstream {…} and the rest around it.
 // resolverDir must be an absolute path without quotes or control
 // characters.
 func (a *Authority) ServerConfig(resolverDir string) (string, error) {
@@ -71,23 +74,39 @@ func (a *Authority) ServerConfig(resolverDir string) (string, error) {
 	fmt.Fprintf(&b, "system_account: %s\n", a.SystemAccountKey())
 	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: \"%s\"\n  allow_delete: false\n  interval: \"%s\"\n}\n",
 		resolverDir, ResolverSyncInterval)
-	fmt.Fprintf(&b, "resolver_preload: {\n  %s: %s\n  %s: %s\n}\n",
-		a.SystemAccountKey(), a.sysJWT, a.AccountKey(), a.AccountJWT())
+	b.WriteString("resolver_preload: {\n")
+	jwts := a.accountJWTs()
+	for _, pub := range slices.Sorted(maps.Keys(jwts)) {
+		fmt.Fprintf(&b, "  %s: %s\n", pub, jwts[pub])
+	}
+	b.WriteString("}\n")
 	return b.String(), nil
 }
 
-// PushAccount sends the current PADDOCK account JWT to the servers (over
-// SubjectClaimsUpdate) and waits for one to store it; a "full" resolver
-// passes it on to the others of its cluster. nc must be connected as a
-// system-account user (IssueSystemUser). Without a deadline in ctx it waits
-// up to 10 s.
+// PushAccount sends the current PADDOCK account JWT and every tenant
+// account JWT to the servers (over SubjectClaimsUpdate) and waits for one
+// to store each; a "full" resolver passes them on to the others of its
+// cluster. nc must be connected as a system-account user
+// (IssueSystemUser). Without a deadline in ctx it waits up to 10 s.
 func (a *Authority) PushAccount(ctx context.Context, nc *nats.Conn) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, SubjectClaimsUpdate, []byte(a.AccountJWT()))
+	jwts := a.accountJWTs()
+	delete(jwts, a.SystemAccountKey())
+	for _, pub := range slices.Sorted(maps.Keys(jwts)) {
+		if err := pushJWT(ctx, nc, pub, jwts[pub]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pushJWT sends one account JWT and waits for a server to store it.
+func pushJWT(ctx context.Context, nc *nats.Conn, pub, token string) error {
+	msg, err := nc.RequestWithContext(ctx, SubjectClaimsUpdate, []byte(token))
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("tenant: push account JWT: no server answers %s: connect as a system-account user (IssueSystemUser) to a server whose resolver is \"full\"", SubjectClaimsUpdate)
 	}
@@ -99,9 +118,9 @@ func (a *Authority) PushAccount(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("tenant: push account JWT: bad reply %q: %w", msg.Data, err)
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("tenant: push account JWT: server refused it: %s (code %d)", resp.Error.Description, resp.Error.Code)
+		return fmt.Errorf("tenant: push account JWT of %s: server refused it: %s (code %d)", pub, resp.Error.Description, resp.Error.Code)
 	}
-	if resp.Data == nil || resp.Data.Account != a.AccountKey() {
+	if resp.Data == nil || resp.Data.Account != pub {
 		return fmt.Errorf("tenant: push account JWT: unexpected reply %q", msg.Data)
 	}
 	return nil

@@ -24,10 +24,17 @@ type setup struct {
 	dir  string
 }
 
+// newSetup's authority has the accounts of tenants alpha and beta, which
+// the server preloads; a test that issues another tenant's first user
+// pushes its account (s.issue does).
 func newSetup(t *testing.T) *setup {
 	t.Helper()
 	a, err := tenant.NewAuthority()
 	require.NoError(t, err)
+	for _, name := range []string{"alpha", "beta"} {
+		_, err := a.EnsureTenantAccount(name)
+		require.NoError(t, err)
+	}
 	return startWith(t, a)
 }
 
@@ -67,8 +74,12 @@ func (s *setup) issue(t *testing.T, role tenant.Role, tenantName string) (string
 	t.Helper()
 	creds, pub, err := s.auth.IssueUser(role, tenantName, "")
 	require.NoError(t, err)
+	if role == tenant.RoleTenant {
+		s.push(t) // a new tenant's account must reach the running server
+	}
 	return writeCreds(t, creds), pub
 }
+
 
 func writeCreds(t *testing.T, creds []byte) string {
 	t.Helper()

@@ -48,6 +48,11 @@ type Tenant struct {
 	// User is the public nkey of the tenant's current NATS user ("U…"),
 	// the one its credentials hold; empty when none was issued.
 	User string `json:"user,omitempty"`
+	// Account is the public key of the tenant's own NATS account ("A…",
+	// Authority.TenantAccountKey), where its users live; empty for a
+	// tenant recorded before tenants had accounts (`paddock tenant migrate`
+	// moves it).
+	Account string `json:"account,omitempty"`
 }
 
 // ValidationError is one invalid field of a Tenant. It matches ErrInvalid
@@ -102,6 +107,10 @@ func (t *Tenant) Validate() error {
 	if t.User != "" && !nkeys.IsValidPublicUserKey(t.User) {
 		errs = append(errs, &ValidationError{Field: "user", Value: fmt.Sprintf("%q", t.User),
 			Rule: "must be empty or the public nkey of a NATS user (\"U\" and 55 characters)"})
+	}
+	if t.Account != "" && !nkeys.IsValidPublicAccountKey(t.Account) {
+		errs = append(errs, &ValidationError{Field: "account", Value: fmt.Sprintf("%q", t.Account),
+			Rule: "must be empty or the public nkey of a NATS account (\"A\" and 55 characters)"})
 	}
 	return errors.Join(errs...)
 }

@@ -97,13 +97,8 @@ func startGateway(ctx context.Context, g *globals, f *gatewayFlags, creds string
 	if err != nil {
 		return nil, "", fmt.Errorf("--creds: %w", err)
 	}
-	u, err := tenant.UserOfCreds(b)
-	if err != nil {
+	if _, err := tenant.UserOfCreds(b); err != nil {
 		return nil, "", fmt.Errorf("--creds %s: %w", creds, err)
-	}
-	minter, err := tenant.LoadMinter(u.Account, f.signingKey, tenant.MinterConfig{TTL: f.mintTTL})
-	if err != nil {
-		return nil, "", fmt.Errorf("gateway signing key: %w", err)
 	}
 	nc, err := client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Name: "paddock-gateway", Creds: creds,
 		TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
@@ -111,7 +106,7 @@ func startGateway(ctx context.Context, g *globals, f *gatewayFlags, creds string
 	if err != nil {
 		return nil, "", err
 	}
-	gw, pool, err := newGateway(ctx, g, f, nc, minter, log)
+	gw, pool, err := newGateway(ctx, g, f, nc, log)
 	if err != nil {
 		nc.Close()
 		return nil, "", err
@@ -153,8 +148,9 @@ func startGateway(ctx context.Context, g *globals, f *gatewayFlags, creds string
 
 // newGateway builds the gateway on the service connection nc: tokens and
 // the registry read as the gateway, sessions in their KV bucket, tenants
-// reached through users minter signs.
-func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn, minter *tenant.Minter, log *slog.Logger) (*gateway.Gateway, *gateway.Pool, error) {
+// reached through users the gateway's key signs in each tenant's account
+// (named by its registry record).
+func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn, log *slog.Logger) (*gateway.Gateway, *gateway.Pool, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, nil, err
@@ -162,6 +158,10 @@ func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn,
 	reg, err := tenant.NewRegistry(ctx, js)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tenant registry: %w", err)
+	}
+	minter, err := tenant.LoadMinter(reg.Accounts(), f.signingKey, tenant.MinterConfig{TTL: f.mintTTL})
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway signing key: %w", err)
 	}
 	toks, err := tenant.NewTokens(ctx, js, reg)
 	if err != nil {

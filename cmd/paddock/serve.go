@@ -426,6 +426,9 @@ func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Cl
 	if err := ensureDevTenant(ctx, s, f.auth, log); err != nil {
 		return nil, err
 	}
+	if err := migrateUpTenants(ctx, g, s, f.auth, log); err != nil {
+		return nil, fmt.Errorf("move tenants into their own accounts: %w", err)
+	}
 	sch, err := newScheduler(ctx, s, &f.sf, &f.cf, obs, log)
 	if err != nil {
 		return nil, err

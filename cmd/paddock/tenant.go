@@ -30,11 +30,12 @@ func tenantCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
 		Short: "Add, list and remove tenants: who may submit, with their own credentials and quotas",
-		Long: `A tenant submits, reads and cancels only its own jobs: the NATS server enforces
-it through the permissions of the tenant's credentials. Against 'paddock up'
-these commands need nothing more (they use <data-dir>/auth); against a fleet of
-your own, give --creds (an admin user's) and --auth-dir (the account signing
-keys; see docs/operations.md for the nsc equivalent).`,
+		Long: `A tenant submits, reads and cancels only its own jobs: each tenant is a NATS
+account of its own, which reaches the fleet only through imports of its own
+subjects, so the NATS server keeps tenants apart by construction. Against
+'paddock up' these commands need nothing more (they use <data-dir>/auth);
+against a fleet of your own, give --creds (an admin user's) and --auth-dir (the
+signing keys; see docs/operations.md for the nsc equivalent).`,
 	}
 	cmd.PersistentFlags().StringVar(&authDir, "auth-dir", "", "directory of the account's signing keys (default <data-dir>/auth)")
 	dir := func() string {
@@ -43,7 +44,8 @@ keys; see docs/operations.md for the nsc equivalent).`,
 		}
 		return g.authDir()
 	}
-	cmd.AddCommand(tenantAddCmd(g, dir), tenantSetCmd(g), tenantLsCmd(g), tenantRmCmd(g, dir), tenantTokenCmd(g))
+	cmd.AddCommand(tenantAddCmd(g, dir), tenantSetCmd(g), tenantLsCmd(g), tenantRmCmd(g, dir), tenantTokenCmd(g),
+		tenantCredsCmd(g, dir), tenantMigrateCmd(g, dir))
 	return cmd
 }
 
@@ -73,21 +75,21 @@ func tenantAddCmd(g *globals, authDir func() string) *cobra.Command {
 	return cmd
 }
 
-// addTenant issues the tenant's user, writes its creds, creates its stream
-// (so that it can submit at once) and registers it.
+// addTenant creates the tenant's account and issues its user (pushed to
+// the server over the system account before the creds are written),
+// creates its stream (so that it can submit at once) and registers it.
 func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant, out string) error {
 	a, err := tenant.LoadAuthority(authDir) // fresh from disk: another process may have revoked users
 	if err != nil {
 		return fmt.Errorf("signing keys: %w", err)
 	}
-	creds, pub, err := a.IssueUser(tenant.RoleTenant, t.Name, "")
-	if err != nil {
-		return err
-	}
-	t.User = pub
 	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
 		if _, err := reg.Get(ctx, t.Name); err == nil {
 			return fmt.Errorf("%w: %s (change its quotas with paddock tenant set)", tenant.ErrExists, t.Name)
+		}
+		creds, err := issueTenantCreds(ctx, g, a, authDir, &t)
+		if err != nil {
+			return err
 		}
 		// The stream first, then the record the schedulers react to: they
 		// find the stream made, and no two processes update it at once.
@@ -103,6 +105,27 @@ func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant,
 		fmt.Fprintf(g.stdout, "tenant %s added; credentials in %s (keep them secret)\nsubmit as it: paddock --creds %s submit --wait -- 'echo hi'\n", t.Name, out, out)
 		return nil
 	})
+}
+
+// issueTenantCreds issues a user of t's own account (creating the account
+// when missing), saves the authority and pushes it, and records the user
+// and account in t.
+func issueTenantCreds(ctx context.Context, g *globals, a *tenant.Authority, authDir string, t *tenant.Tenant) ([]byte, error) {
+	creds, pub, err := a.IssueUser(tenant.RoleTenant, t.Name, "")
+	if err != nil {
+		return nil, err
+	}
+	if t.Account, err = a.TenantAccountKey(t.Name); err != nil {
+		return nil, err
+	}
+	t.User = pub
+	if err := a.Save(authDir); err != nil {
+		return nil, err
+	}
+	if err := pushAccount(ctx, g, a, authDir); err != nil {
+		return nil, fmt.Errorf("the server must know the tenant's account before it admits its user: %w", err)
+	}
+	return creds, nil
 }
 
 func tenantSetCmd(g *globals) *cobra.Command {
@@ -207,8 +230,9 @@ func tenantRmCmd(g *globals, authDir func() string) *cobra.Command {
 	}
 }
 
-// removeTenant revokes the tenant's user (pushed to the server over the
-// system account, so it takes effect at once) and deletes its record. Its
+// removeTenant revokes every user of the tenant's account (its credentials
+// and the gateway's users of it; pushed to the server over the system
+// account, so it takes effect at once) and deletes its record. Its
 // stream, with any backlog, is kept for the operator to inspect or purge.
 func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
 	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
@@ -230,16 +254,14 @@ func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
 		if err != nil {
 			return fmt.Errorf("signing keys: %w", err)
 		}
-		if t.User != "" {
-			if err := a.Revoke(t.User); err != nil {
-				return err
-			}
-			if err := a.Save(authDir); err != nil {
-				return err
-			}
-			if err := pushAccount(ctx, g, a, authDir); err != nil {
-				return err
-			}
+		if err := revokeTenantUsers(a, t); err != nil {
+			return err
+		}
+		if err := a.Save(authDir); err != nil {
+			return err
+		}
+		if err := pushAccount(ctx, g, a, authDir); err != nil {
+			return err
 		}
 		if err := reg.Delete(ctx, name); err != nil {
 			return err
@@ -247,6 +269,21 @@ func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
 		fmt.Fprintf(g.stdout, "tenant %s removed; its credentials and gateway tokens are revoked (its stream %s keeps any backlog)\n", name, job.JobsStream(name))
 		return nil
 	})
+}
+
+// revokeTenantUsers revokes every user of t: all of its account's, and a
+// user of the shared account from before tenants had accounts.
+func revokeTenantUsers(a *tenant.Authority, t tenant.Tenant) error {
+	if t.Account != "" {
+		if _, err := a.EnsureTenantAccount(t.Name); err != nil {
+			return err
+		}
+		return a.RevokeTenant(t.Name)
+	}
+	if t.User != "" {
+		return a.Revoke(t.User)
+	}
+	return nil
 }
 
 // pushAccount sends the re-signed account to the server as the system
@@ -371,7 +408,8 @@ func authInit(g *globals, resolverDir string) error {
 }
 
 // ensureDevTenant registers the dev tenant of a new `paddock up` (its
-// credentials were issued with the authority).
+// credentials were issued with the authority), and records dev's new user
+// and account when LoadOrCreateAuth moved it into its own account.
 func ensureDevTenant(ctx context.Context, s *stack, au *devstack.Auth, log *slog.Logger) error {
 	if au.DevUser == "" {
 		return nil
@@ -380,13 +418,25 @@ func ensureDevTenant(ctx context.Context, s *stack, au *devstack.Auth, log *slog
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
 	}
-	if _, err := reg.Get(ctx, "dev"); err == nil || !errors.Is(err, tenant.ErrNotFound) {
+	account, err := au.Authority.TenantAccountKey(devstack.DevTenant)
+	if err != nil {
+		return err
+	}
+	t, err := reg.Get(ctx, devstack.DevTenant)
+	switch {
+	case err == nil && t.Account == account && t.User == au.DevUser:
+		return nil
+	case err == nil && au.DevMoved:
+		t.Account, t.User = account, au.DevUser
+		log.Warn("tenant dev moved into its own NATS account; its old credentials are revoked", "creds", au.DevCreds)
+		return reg.Put(ctx, t)
+	case err == nil || !errors.Is(err, tenant.ErrNotFound):
 		return err
 	}
 	if au.Authority.Revoked(au.DevUser) {
 		return nil // removed with `paddock tenant rm dev`: it stays removed
 	}
-	if err := reg.Create(ctx, tenant.Tenant{Name: "dev", User: au.DevUser}); err != nil && !errors.Is(err, tenant.ErrExists) {
+	if err := reg.Create(ctx, tenant.Tenant{Name: devstack.DevTenant, User: au.DevUser, Account: account}); err != nil && !errors.Is(err, tenant.ErrExists) {
 		return err
 	}
 	log.Info("created tenant dev", "creds", au.DevCreds)

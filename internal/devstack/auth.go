@@ -25,7 +25,8 @@ const DevTenant = "dev"
 //	creds/admin.creds creds/scheduler.creds creds/worker.creds       service users
 //	creds/gateway.creds                                              the gateway's service user (tenant.RoleGateway)
 //	creds/sys.creds                                                  system-account user (PushAccount)
-//	creds/dev.creds                                                  the first tenant, dev
+//	creds/dev.creds                                                  the first tenant, dev (a user of its own account)
+//	tenants/<tenant>.jwt                                             each tenant's NATS account
 //	redis.password                                                   the Redis password of DefaultRedisUser
 type Auth struct {
 	// Dir is <data dir>/auth.
@@ -34,13 +35,18 @@ type Auth struct {
 	Authority *tenant.Authority
 	// Created is true when this call created the authority.
 	Created bool
-	// AccountChanged is true when this call re-signed the account JWT of an
-	// existing authority (one saved before the gateway key existed got it:
-	// tenant.Authority.EnsureGatewayKey). A NATS server started after this
-	// call preloads the new JWT (NATSConfig.Auth); one already running must
-	// get it with Authority.PushAccount over SysCreds, or it refuses the
-	// users the gateway key signs.
+	// AccountChanged is true when this call re-signed an account JWT of an
+	// existing authority (one saved by an older version is brought up to
+	// this one: tenant.Authority.EnsureGatewayKey; dev moved into its own
+	// account). A NATS server started after this call preloads the new JWTs
+	// (NATSConfig.Auth); one already running must get them with
+	// Authority.PushAccount over SysCreds, or it refuses the users they
+	// sign.
 	AccountChanged bool
+	// DevMoved is true when this call moved dev into its own account: its
+	// old credentials (a user of PADDOCK) are revoked and DevCreds holds new
+	// ones.
+	DevMoved bool
 	// Paths of the credentials files.
 	AdminCreds, SchedulerCreds, WorkerCreds, SysCreds string
 	// GatewayCreds is the gateway's service user (tenant.RoleGateway);
@@ -98,6 +104,12 @@ func LoadOrCreateAuth(dataDir string) (*Auth, error) {
 	if err := au.ensureDev(creds); err != nil {
 		return nil, err
 	}
+	if au.DevMoved || au.Created {
+		// The dev tenant's account (and the revocation of its old user).
+		if err := a.Save(dir); err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+	}
 	if au.RedisPassword, err = ensurePassword(au.RedisPasswordFile); err != nil {
 		return nil, err
 	}
@@ -105,12 +117,18 @@ func LoadOrCreateAuth(dataDir string) (*Auth, error) {
 }
 
 // ensureDev issues the dev tenant with a new authority, and otherwise
-// reads the one that exists.
+// reads the one that exists, moving a dev of an older version (a user of
+// PADDOCK) into its own account: the old user is revoked, dev.creds is
+// written anew (DevMoved).
 func (au *Auth) ensureDev(credsDir string) error {
 	path := filepath.Join(credsDir, DevTenant+".creds")
+	issue := func() ([]byte, string, error) { return au.Authority.IssueUser(tenant.RoleTenant, DevTenant, "") }
 	if au.Created {
-		issue := func() ([]byte, string, error) { return au.Authority.IssueUser(tenant.RoleTenant, DevTenant, "") }
-		pub, err := ensureCreds(au.Authority, path, au.Authority.AccountKey(), "", issue)
+		own, err := au.Authority.TenantAccountKey(DevTenant)
+		if err != nil {
+			return err
+		}
+		pub, err := ensureCreds(au.Authority, path, own, "", issue)
 		au.DevCreds, au.DevUser = path, pub
 		return err
 	}
@@ -126,6 +144,21 @@ func (au *Auth) ensureDev(credsDir string) error {
 		return fmt.Errorf("devstack: %s: %w", path, err)
 	}
 	au.DevCreds, au.DevUser = path, u.Key
+	own, err := au.Authority.TenantAccountKey(DevTenant)
+	if err != nil || u.Account == own || au.Authority.Revoked(u.Key) {
+		return err
+	}
+	if err := au.Authority.Revoke(u.Key); err != nil {
+		return fmt.Errorf("devstack: revoke dev's user of the shared account: %w", err)
+	}
+	creds, pub, err := issue()
+	if err == nil {
+		err = tenant.WriteCreds(path, creds)
+	}
+	if err != nil {
+		return fmt.Errorf("devstack: move dev into its own account: %w", err)
+	}
+	au.DevUser, au.DevMoved, au.AccountChanged = pub, true, true
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -9,9 +10,11 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,7 +41,7 @@ func assertPrivate(t *testing.T, dir string) {
 		n++
 		return nil
 	}))
-	assert.Equal(t, 1+7+1+6+1, n, "auth, the authority and its gateway key, creds/ and its 6 files, redis.password")
+	assert.Equal(t, 1+7+2+1+6+1, n, "auth, the authority and its gateway key, tenants/ and dev's account, creds/ and its 6 files, redis.password")
 }
 
 func TestLoadOrCreateAuth(t *testing.T) {
@@ -102,51 +105,95 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	assert.Contains(t, err.Error(), "chmod 600 "+a.RedisPasswordFile)
 }
 
-// A data dir made before the gateway key gets it, and its account JWT
-// changes: a server already running refuses the gateway's users until the
-// new JWT is pushed to it.
-func TestLoadOrCreateAuthAddsTheGatewayKey(t *testing.T) {
+// A data dir of an older version (no gateway key, dev a user of the shared
+// PADDOCK account) is brought up to this one: the gateway key, and dev
+// moved into its own account with new credentials, its old user revoked.
+// A server already running refuses the new users until the new JWTs are
+// pushed to it.
+func TestLoadOrCreateAuthUpgradesAnOldDataDir(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
 	old, err := tenant.NewAuthority() // what an older paddock saved
 	require.NoError(t, err)
 	require.NoError(t, old.Save(filepath.Join(data, "auth")))
+	legacy := filepath.Join(data, "auth", "creds", "dev.creds")
+	require.NoError(t, tenant.WriteCreds(legacy, legacyTenantCreds(t, filepath.Join(data, "auth"), devstack.DevTenant)))
+	legacyCopy := filepath.Join(t.TempDir(), "legacy.creds")
+	b, err := os.ReadFile(legacy)
+	require.NoError(t, err)
+	require.NoError(t, tenant.WriteCreds(legacyCopy, b))
 	addr := devstack.Addr{Host: "127.0.0.1", Port: freePort(t)}
 	ns, err := devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: filepath.Join(data, "nats"), Auth: old})
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	url := "nats://" + addr.String()
+	nc, err := nats.Connect(url, nats.UserCredentials(legacyCopy), nats.NoReconnect())
+	require.NoError(t, err, "the control: the old dev user connects to the old fleet")
+	nc.Close()
 
 	a, err := devstack.LoadOrCreateAuth(data)
 	require.NoError(t, err)
 	assert.False(t, a.Created)
-	require.True(t, a.AccountChanged, "the account JWT now names the gateway key")
-	for _, f := range []string{a.GatewayKey, a.GatewayCreds} {
+	require.True(t, a.AccountChanged, "PADDOCK's exports, dev's new account")
+	require.True(t, a.DevMoved)
+	for _, f := range []string{a.GatewayKey, a.GatewayCreds, a.DevCreds} {
 		fi, err := os.Stat(f)
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
 	}
-	assert.Equal(t, old.AccountKey(), a.Authority.AccountKey(), "the same account")
-	m, err := tenant.LoadMinter(userOf(t, a.GatewayCreds).Account, a.GatewayKey, tenant.MinterConfig{})
-	require.NoError(t, err, "the gateway finds the account in its own creds")
+	assert.Equal(t, old.AccountKey(), a.Authority.AccountKey(), "the same fleet account")
+	devAccount, err := a.Authority.TenantAccountKey(devstack.DevTenant)
+	require.NoError(t, err)
+	assert.Equal(t, devAccount, userOf(t, a.DevCreds).Account, "dev's new credentials are of its own account")
+	m, err := tenant.LoadMinter(a.Authority.TenantAccountKey, a.GatewayKey, tenant.MinterConfig{})
+	require.NoError(t, err)
 	_, err = nats.Connect(url, m.Option(devstack.DevTenant), nats.NoReconnect())
-	require.ErrorIs(t, err, nats.ErrAuthorization, "the running server does not know the key yet")
+	require.ErrorIs(t, err, nats.ErrAuthorization, "the running server does not know dev's account yet")
 
 	sys, err := nats.Connect(url, nats.UserCredentials(a.SysCreds))
 	require.NoError(t, err)
 	defer sys.Close()
 	require.NoError(t, a.Authority.PushAccount(context.Background(), sys))
-	dev, err := nats.Connect(url, m.Option(devstack.DevTenant), nats.NoReconnect())
-	require.NoError(t, err, "after the push the gateway acts as dev")
-	dev.Close()
-	gw, err := nats.Connect(url, nats.UserCredentials(a.GatewayCreds), nats.CustomInboxPrefix(tenant.GatewayInboxPrefix))
-	require.NoError(t, err)
-	gw.Close()
+	for name, opt := range map[string]nats.Option{"the gateway's user of dev": m.Option(devstack.DevTenant),
+		"dev's new credentials": nats.UserCredentials(a.DevCreds)} {
+		dev, err := nats.Connect(url, opt, nats.NoReconnect())
+		require.NoError(t, err, name)
+		dev.Close()
+	}
+	_, err = nats.Connect(url, nats.UserCredentials(legacyCopy), nats.NoReconnect())
+	require.ErrorIs(t, err, nats.ErrAuthorization, "dev's old user of the shared account is revoked")
 
-	b, err := devstack.LoadOrCreateAuth(data)
+	b2, err := devstack.LoadOrCreateAuth(data)
 	require.NoError(t, err)
-	assert.False(t, b.AccountChanged, "once added, the key stays")
-	assert.Equal(t, a.Authority.AccountJWT(), b.Authority.AccountJWT())
+	assert.False(t, b2.AccountChanged, "once upgraded, nothing changes")
+	assert.False(t, b2.DevMoved)
+	assert.Equal(t, a.Authority.AccountJWT(), b2.Authority.AccountJWT())
+}
+
+// legacyTenantCreds are the credentials an older version issued to a
+// tenant: a user of PADDOCK with the tenant's tags, signed with the
+// account key saved in authDir.
+func legacyTenantCreds(t *testing.T, authDir, name string) []byte {
+	t.Helper()
+	seed, err := os.ReadFile(filepath.Join(authDir, "account.nk"))
+	require.NoError(t, err)
+	acc, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	require.NoError(t, err)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, _ := user.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "tenant:" + name
+	uc.Tags.Add(tenant.TagRolePrefix+string(tenant.RoleTenant), tenant.TagTenantPrefix+name)
+	uc.Pub.Allow.Add(job.SubmitSubject(name))
+	uc.Sub.Allow.Add(job.InboxPrefix(name) + ".>")
+	token, err := uc.Encode(acc)
+	require.NoError(t, err)
+	userSeed, err := user.Seed()
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(token, userSeed)
+	require.NoError(t, err)
+	return creds
 }
 
 func userOf(t *testing.T, path string) tenant.User {
@@ -217,7 +264,7 @@ func TestAuthenticatedNATS(t *testing.T) {
 	sys, err := nats.Connect(url, nats.UserCredentials(a.SysCreds))
 	require.NoError(t, err)
 	defer sys.Close()
-	require.NoError(t, a.Authority.Revoke(a.DevUser))
+	require.NoError(t, a.Authority.RevokeTenantUser(devstack.DevTenant, a.DevUser))
 	require.NoError(t, a.Authority.PushAccount(ctx, sys))
 	_, err = nats.Connect(url, nats.UserCredentials(a.DevCreds), nats.NoReconnect())
 	require.ErrorIs(t, err, nats.ErrAuthorization)

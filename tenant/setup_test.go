@@ -80,7 +80,6 @@ func (s *setup) issue(t *testing.T, role tenant.Role, tenantName string) (string
 	return writeCreds(t, creds), pub
 }
 
-
 func writeCreds(t *testing.T, creds []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "user.creds")

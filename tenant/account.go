@@ -174,6 +174,8 @@ func (a *Authority) tenantAccountClaims(t string, gw string, rev jwt.RevocationL
 	c.Mappings = tenantMappings(t)
 	// JetStream off (zero storage): the tenant's data is in PADDOCK.
 	c.Limits.JetStreamLimits = jwt.JetStreamLimits{}
+	c.Limits.AccountLimits = tenantAccountLimits
+	c.Limits.NatsLimits = tenantNatsLimits
 	if gw != "" {
 		c.SigningKeys.AddScopedSigner(tenantScope(gw, t))
 	}
@@ -185,6 +187,30 @@ func (a *Authority) tenantAccountClaims(t string, gw string, rev jwt.RevocationL
 	}
 	return c, nil
 }
+
+// What one tenant's account may hold on a server, so that no tenant can use
+// up a server's connections or subscriptions for the others: the server
+// refuses the connection or subscription past them ("maximum account
+// active connections exceeded"). A bearer JWT (one that skips the nonce
+// signature) is refused.
+var (
+	tenantAccountLimits = jwt.AccountLimits{Imports: jwt.NoLimit, Exports: 0, Conn: TenantMaxConnections,
+		LeafNodeConn: 0, DisallowBearer: true}
+	tenantNatsLimits = jwt.NatsLimits{Subs: TenantMaxSubscriptions, Data: jwt.NoLimit, Payload: TenantMaxPayload}
+)
+
+// The limits of a tenant's account.
+const (
+	// TenantMaxConnections bounds a tenant's connections at once (its
+	// pipelines', and one per gateway that acts for it).
+	TenantMaxConnections = 256
+	// TenantMaxSubscriptions bounds a tenant's subscriptions at once (a
+	// Wait or Follow holds one or two).
+	TenantMaxSubscriptions = 16384
+	// TenantMaxPayload bounds one message a tenant publishes: above the
+	// largest spec (job.MaxSpecBytes) and an upload chunk (128 KiB).
+	TenantMaxPayload = 1 << 20
+)
 
 // tenantScope is the gateway key's scope in tenant t's account: a user it
 // signs gets exactly t's grant.
@@ -241,7 +267,7 @@ func sameTenantAccount(have, want *jwt.AccountClaims) bool {
 	enc := func(c *jwt.AccountClaims) string {
 		im := slices.Clone(c.Imports)
 		slices.SortFunc(im, func(x, y *jwt.Import) int { return strings.Compare(string(x.Subject), string(y.Subject)) })
-		return fmt.Sprint(c.Name, keysString(c.SigningKeys), c.Limits.JetStreamLimits, importsString(im), mappingsString(c.Mappings))
+		return fmt.Sprint(c.Name, keysString(c.SigningKeys), c.Limits, importsString(im), mappingsString(c.Mappings))
 	}
 	return enc(have) == enc(want)
 }

@@ -319,3 +319,27 @@ func (f *fleet) legacyTenantUser(t *testing.T, name string) *conn {
 	require.NoError(t, err)
 	return mustDial(t, f.url, writeCreds(t, creds), nats.CustomInboxPrefix(job.InboxPrefix(name)))
 }
+
+// A tenant cannot use up the server's connections for the others: its
+// account's cap refuses its next connection, and beta still connects.
+func TestTenantConnectionsAreCapped(t *testing.T) {
+	f := newFleet(t)
+	path, _ := f.issue(t, tenant.RoleTenant, "alpha")
+	held := 1 // f.alpha
+	var err error
+	for held <= tenant.TenantMaxConnections {
+		c, derr := dial(t, f.url, path)
+		if derr != nil {
+			err = derr
+			break
+		}
+		defer c.Close()
+		held++
+	}
+	require.Error(t, err, "the connection past the cap is refused")
+	assert.Contains(t, err.Error(), "maximum account active connections exceeded")
+	assert.Equal(t, tenant.TenantMaxConnections, held, "alpha held exactly its cap")
+	betaPath, _ := f.issue(t, tenant.RoleTenant, "beta")
+	c := mustDial(t, f.url, betaPath)
+	assert.True(t, c.IsConnected(), "beta is not locked out")
+}

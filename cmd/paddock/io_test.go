@@ -183,10 +183,12 @@ func TestSubmitFollow(t *testing.T) {
 		code, out, errOut := s.cli("submit", "--id", "fol-1", "--follow", "--", "make")
 		done <- outcome{code, out, errOut}
 	}()
+	// The follow reads the stream from its start (direct gets), so the
+	// chunks may come any time after the submission.
 	require.Eventually(t, func() bool {
-		st, err := s.js.Stream(context.Background(), job.OutputStream(job.DefaultTenant))
-		return err == nil && st.CachedInfo().State.Consumers == 1
-	}, 30*time.Second, 10*time.Millisecond, "the CLI follows")
+		st, err := s.js.Stream(context.Background(), job.JobsStream(job.DefaultTenant))
+		return err == nil && st.CachedInfo().State.Msgs == 1
+	}, 30*time.Second, 10*time.Millisecond, "the CLI submitted")
 	s.chunk("fol-1", "stdout", 1, "building\n", 0)
 	s.chunk("fol-1", "stderr", 2, "warning: x", 0)
 	s.chunk("fol-1", "stdout", 3, "done\n", 512)

@@ -374,6 +374,7 @@ to run authenticated, keeping whatever exists:
   operator/account/system keys and JWTs     sign every credential (keep them offline)
   creds/{admin,scheduler,worker,gateway,sys,dev}.creds
   gateway.nk                                the gateway's scoped signing key (acts as tenants only)
+  tenants/<tenant>.jwt                      each tenant's own NATS account (its imports of its subjects)
   nats-auth.conf                            include it in nats-server.conf (operator mode)
   redis.password, redis-users.acl           redis-server --aclfile redis-users.acl
 Rotation: docs/operations.md.`,
@@ -403,7 +404,7 @@ func authInit(g *globals, resolverDir string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,gateway,sys,dev}.creds, gateway.nk, nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
+	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,gateway,sys,dev}.creds, gateway.nk, tenants/ (one NATS account per tenant), nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
 	return nil
 }
 

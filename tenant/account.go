@@ -227,7 +227,7 @@ func tenantScope(gw, t string) *jwt.UserScope {
 // EnsureTenantAccount creates tenant t's account JWT, or re-signs it when
 // what this version puts in it (imports, gateway key) changed; revocations
 // are kept. changed reports a new JWT: Save the authority and push it
-// (PushTenantAccount), or the servers refuse t's new users.
+// (PushAccount), or the servers refuse t's new users.
 func (a *Authority) EnsureTenantAccount(t string) (changed bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -329,7 +329,7 @@ func (a *Authority) Tenants() []string {
 }
 
 // RevokeTenantUser revokes user userPub of tenant t's account and re-signs
-// it. Push it (PushTenantAccount) and Save the authority.
+// it. Push it (PushAccount) and Save the authority.
 func (a *Authority) RevokeTenantUser(t, userPub string) error {
 	if !nkeys.IsValidPublicUserKey(userPub) && userPub != jwt.All {
 		return fmt.Errorf("tenant: revoke %q: not the public key of a user", userPub)
@@ -340,18 +340,11 @@ func (a *Authority) RevokeTenantUser(t, userPub string) error {
 	if ta == nil {
 		return fmt.Errorf("%w: tenant %s has no account", ErrNotFound, t)
 	}
-	c := *ta.claims
-	c.Revocations = jwt.RevocationList{}
-	for k, v := range ta.claims.Revocations {
-		c.Revocations[k] = v
-	}
-	// Users issued up to this second (inclusive) are revoked.
-	c.Revoke(userPub)
-	token, err := c.Encode(a.operator)
+	c, token, err := a.revoked(ta.claims, userPub)
 	if err != nil {
 		return fmt.Errorf("tenant: re-sign the account of %s: %w", t, err)
 	}
-	a.tenants[t] = &tenantAccount{claims: &c, jwt: token}
+	a.tenants[t] = &tenantAccount{claims: c, jwt: token}
 	return nil
 }
 

@@ -129,18 +129,25 @@ func (a *Authority) Revoke(userPub string) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := *a.accClaims
-	c.Revocations = jwt.RevocationList{}
-	for k, v := range a.accClaims.Revocations {
-		c.Revocations[k] = v
-	}
-	c.Revoke(userPub)
-	s, err := c.Encode(a.operator)
+	c, s, err := a.revoked(a.accClaims, userPub)
 	if err != nil {
 		return fmt.Errorf("tenant: re-sign account JWT: %w", err)
 	}
-	a.accClaims, a.accountJWT = &c, s
+	a.accClaims, a.accountJWT = c, s
 	return nil
+}
+
+// revoked returns a copy of the account claims c with userPub revoked (the
+// users issued up to this second, inclusive), and its JWT.
+func (a *Authority) revoked(c *jwt.AccountClaims, userPub string) (*jwt.AccountClaims, string, error) {
+	n := *c
+	n.Revocations = jwt.RevocationList{}
+	for k, v := range c.Revocations {
+		n.Revocations[k] = v
+	}
+	n.Revoke(userPub)
+	token, err := n.Encode(a.operator)
+	return &n, token, err
 }
 
 // Revoked reports whether userPub was revoked in PADDOCK or in a tenant

@@ -6,21 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/tenant"
@@ -299,47 +296,9 @@ func (f *fleet) legacyTenantUser(t *testing.T, name string) *conn {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, f.auth.Save(dir))
-	seed, err := os.ReadFile(filepath.Join(dir, "account.nk"))
-	require.NoError(t, err)
-	acc, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, _ := user.PublicKey()
-	uc := jwt.NewUserClaims(pub)
 	perms, err := tenant.Permissions(tenant.RoleTenant, name)
 	require.NoError(t, err)
-	uc.Permissions = perms
-	uc.Pub.Allow.Add("$JS.API.CONSUMER.CREATE." + job.OutputStream(name))
-	token, err := uc.Encode(acc)
-	require.NoError(t, err)
-	userSeed, err := user.Seed()
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(token, userSeed)
-	require.NoError(t, err)
+	perms.Pub.Allow.Add("$JS.API.CONSUMER.CREATE." + job.OutputStream(name))
+	creds := testsvc.LegacyTenantCreds(t, dir, name, perms)
 	return mustDial(t, f.url, writeCreds(t, creds), nats.CustomInboxPrefix(job.InboxPrefix(name)))
-}
-
-// A tenant cannot use up the server's connections for the others: its
-// account's cap refuses its next connection, and beta still connects.
-func TestTenantConnectionsAreCapped(t *testing.T) {
-	f := newFleet(t)
-	path, _ := f.issue(t, tenant.RoleTenant, "alpha")
-	held := 1 // f.alpha
-	var err error
-	for held <= tenant.TenantMaxConnections {
-		c, derr := dial(t, f.url, path)
-		if derr != nil {
-			err = derr
-			break
-		}
-		defer c.Close()
-		held++
-	}
-	require.Error(t, err, "the connection past the cap is refused")
-	assert.Contains(t, err.Error(), "maximum account active connections exceeded")
-	assert.Equal(t, tenant.TenantMaxConnections, held, "alpha held exactly its cap")
-	betaPath, _ := f.issue(t, tenant.RoleTenant, "beta")
-	c := mustDial(t, f.url, betaPath)
-	assert.True(t, c.IsConnected(), "beta is not locked out")
 }

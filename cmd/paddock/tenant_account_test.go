@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/tenant"
 )
 
@@ -70,31 +68,16 @@ func TestTenantMigrateAndReissue(t *testing.T) {
 }
 
 // legacyCreds writes the credentials an older version issued to tenant
-// name: a user of PADDOCK with the tenant's tags and subject permissions,
-// signed with the account key in authDir. It returns their path and the
-// user's public key.
+// name (testsvc.LegacyTenantCreds, with the tenant's grant) and returns
+// their path and the user's public key.
 func legacyCreds(t *testing.T, authDir, name string) (string, string) {
 	t.Helper()
-	seed, err := os.ReadFile(filepath.Join(authDir, "account.nk"))
-	require.NoError(t, err)
-	acc, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, _ := user.PublicKey()
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = "tenant:" + name
-	uc.Tags.Add(tenant.TagRolePrefix+string(tenant.RoleTenant), tenant.TagTenantPrefix+name)
 	perms, err := tenant.Permissions(tenant.RoleTenant, name)
 	require.NoError(t, err)
-	uc.Permissions = perms
-	token, err := uc.Encode(acc)
-	require.NoError(t, err)
-	userSeed, err := user.Seed()
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(token, userSeed)
+	creds := testsvc.LegacyTenantCreds(t, authDir, name, perms)
+	u, err := tenant.UserOfCreds(creds)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), name+"-legacy.creds")
 	require.NoError(t, tenant.WriteCreds(path, creds))
-	return path, pub
+	return path, u.Key
 }

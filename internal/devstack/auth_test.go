@@ -1,7 +1,6 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -14,12 +13,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/internal/devstack"
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/tenant"
 )
@@ -117,7 +116,7 @@ func TestLoadOrCreateAuthUpgradesAnOldDataDir(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, old.Save(filepath.Join(data, "auth")))
 	legacy := filepath.Join(data, "auth", "creds", "dev.creds")
-	require.NoError(t, tenant.WriteCreds(legacy, legacyTenantCreds(t, filepath.Join(data, "auth"), devstack.DevTenant)))
+	require.NoError(t, tenant.WriteCreds(legacy, testsvc.LegacyTenantCreds(t, filepath.Join(data, "auth"), devstack.DevTenant, devGrant(t))))
 	legacyCopy := filepath.Join(t.TempDir(), "legacy.creds")
 	b, err := os.ReadFile(legacy)
 	require.NoError(t, err)
@@ -170,30 +169,12 @@ func TestLoadOrCreateAuthUpgradesAnOldDataDir(t *testing.T) {
 	assert.Equal(t, a.Authority.AccountJWT(), b2.Authority.AccountJWT())
 }
 
-// legacyTenantCreds are the credentials an older version issued to a
-// tenant: a user of PADDOCK with the tenant's tags, signed with the
-// account key saved in authDir.
-func legacyTenantCreds(t *testing.T, authDir, name string) []byte {
+// devGrant is the tenant grant of dev.
+func devGrant(t *testing.T) jwt.Permissions {
 	t.Helper()
-	seed, err := os.ReadFile(filepath.Join(authDir, "account.nk"))
+	p, err := tenant.Permissions(tenant.RoleTenant, devstack.DevTenant)
 	require.NoError(t, err)
-	acc, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, _ := user.PublicKey()
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = "tenant:" + name
-	uc.Tags.Add(tenant.TagRolePrefix+string(tenant.RoleTenant), tenant.TagTenantPrefix+name)
-	uc.Pub.Allow.Add(job.SubmitSubject(name))
-	uc.Sub.Allow.Add(job.InboxPrefix(name) + ".>")
-	token, err := uc.Encode(acc)
-	require.NoError(t, err)
-	userSeed, err := user.Seed()
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(token, userSeed)
-	require.NoError(t, err)
-	return creds
+	return p
 }
 
 func userOf(t *testing.T, path string) tenant.User {

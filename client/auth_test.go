@@ -30,7 +30,7 @@ func tenantPermissions(tenant string) *server.Permissions {
 		Publish: &server.SubjectPermission{Allow: []string{
 			job.SubmitSubject(tenant),
 			job.CancelRequestSubject(tenant),
-			"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(tenant),
+			"$JS.API.DIRECT.GET." + job.ResultsStream(tenant) + "." + job.ResultSubjects(tenant),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			job.InboxPrefix(tenant) + ".>",

@@ -189,7 +189,7 @@ func TestNoStreams(t *testing.T) {
 
 	_, err = s.client.Get(ctx, "x1")
 	require.ErrorIs(t, err, client.ErrNoStream)
-	assert.Contains(t, err.Error(), job.StreamResults)
+	assert.Contains(t, err.Error(), job.ResultsStream(job.DefaultTenant))
 	_, err = s.client.Wait(ctx, "x1")
 	require.ErrorIs(t, err, client.ErrNoStream)
 }

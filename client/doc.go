@@ -1,7 +1,7 @@
 // Package client is the Go SDK pipelines use to run jobs on a Paddock fleet
 // (the paddock CLI uses it too). It talks only to NATS, as one tenant:
 // submissions go to the tenant's JetStream stream job.JobsStream(tenant) on
-// job.SubmitSubject(tenant), results are read from job.StreamResults on
+// job.SubmitSubject(tenant), results are read from job.ResultsStream(tenant) on
 // job.ResultSubject(tenant, id), cancels are requests on
 // job.CancelRequestSubject(tenant).
 //

@@ -41,7 +41,7 @@ type NoStreamError struct {
 }
 
 func (e *NoStreamError) Error() string {
-	if e.Tenant == "" || e.Tenant == job.DefaultTenant || e.Stream == job.StreamResults {
+	if e.Tenant == "" || e.Tenant == job.DefaultTenant {
 		return "client: no stream " + e.Stream + ": start a scheduler (`paddock up` or `paddock scheduler`)"
 	}
 	return fmt.Sprintf("client: no stream %s: tenant %q is not set up on this fleet: have the operator add it "+

@@ -11,12 +11,13 @@ import (
 	"github.com/paddockhq/paddock/job"
 )
 
-// apiDirectGet + subject asks PADDOCK_RESULTS (AllowDirect) for the last
+// apiDirectGet(tenant) + subject asks PADDOCK_RESULTS_<tenant> (AllowDirect) for the last
 // message on subject: JetStream's "direct get last by subject", the one
 // JetStream API a tenant may call (on its own results only). The request
 // has an empty body; the reply is the stored message with its headers, or
-// a status-only "404 Message Not Found".
-const apiDirectGet = "$JS.API.DIRECT.GET." + job.StreamResults + "."
+// a status-only "404 Message Not Found". The stream is the tenant's own
+// (job.ResultsStream).
+func apiDirectGet(tenant string) string { return "$JS.API.DIRECT.GET." + job.ResultsStream(tenant) + "." }
 
 // Get returns the terminal result of the tenant's job id, or an error
 // wrapping ErrNotFinished when there is none (yet). It reads the last
@@ -41,12 +42,13 @@ func (c *Client) Get(ctx context.Context, id string) (job.Result, error) {
 // lookup reads the last result of id; ok is false when there is none. ctx
 // must have a deadline.
 func (c *Client) lookup(ctx context.Context, id string) (r job.Result, ok bool, err error) {
-	msg := &nats.Msg{Subject: apiDirectGet + job.ResultSubject(c.tenant, id)}
-	reply, err := c.request(ctx, msg, apiDirectGet+job.SubjectResultPrefix+c.tenant+".")
+	api := apiDirectGet(c.tenant)
+	msg := &nats.Msg{Subject: api + job.ResultSubject(c.tenant, id)}
+	reply, err := c.request(ctx, msg, api+job.SubjectResultPrefix+c.tenant+".")
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// Nobody serves direct gets of the stream: it does not exist.
-		return job.Result{}, false, &NoStreamError{Stream: job.StreamResults, Tenant: c.tenant, Err: err}
+		return job.Result{}, false, &NoStreamError{Stream: job.ResultsStream(c.tenant), Tenant: c.tenant, Err: err}
 	case errors.Is(err, ErrPermission):
 		return job.Result{}, false, err
 	case err != nil:

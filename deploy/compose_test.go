@@ -610,7 +610,7 @@ func (c *compose) submit(ctx context.Context, jobs []byte, wait time.Duration) [
 // host would be). Its jobs come back after asynq's lease expiry.
 func (c *compose) killWorkerAfter(ctx context.Context, js jetstream.JetStream, done int, start time.Time) (string, time.Duration) {
 	for ctx.Err() == nil {
-		st, err := js.Stream(ctx, job.StreamResults)
+		st, err := js.Stream(ctx, job.ResultsStream("dev"))
 		if err == nil {
 			info, err := st.Info(ctx)
 			if err == nil && info.State.Msgs >= uint64(done) {
@@ -667,7 +667,7 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 	// The results stream stored exactly one message per job: a second
 	// terminal result (a re-run finishing again) would have taken another
 	// sequence number, even though the stream keeps only the last per job.
-	st, err := js.Stream(ctx, job.StreamResults)
+	st, err := js.Stream(ctx, job.ResultsStream("dev"))
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)

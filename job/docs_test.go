@@ -99,7 +99,7 @@ func TestDocNamesEveryReasonAndSubject(t *testing.T) {
 	for _, r := range Reasons {
 		assert.Contains(t, doc, "| `"+string(r)+"` | `"+string(r.State())+"` |", "reason row for %s", r)
 	}
-	for _, v := range []string{StreamJobsPrefix + "<tenant>", SubjectSubmitPrefix + "<tenant>", ConsumerSchedulers, StreamResults,
+	for _, v := range []string{StreamJobsPrefix + "<tenant>", SubjectSubmitPrefix + "<tenant>", ConsumerSchedulers, StreamResultsPrefix + "<tenant>",
 		SubjectResultPrefix + "<tenant>.<id>", SubjectCancelPrefix + "<tenant>/<id>", SubjectCancelRequestPrefix + "<tenant>",
 		InboxPrefixRoot + "<tenant>", HeaderMsgID, TaskType, EnvFencingToken,
 		SubjectOutputPrefix + "<tenant>.<id>", StreamOutputPrefix + "<tenant>", OutBucketPrefix + "<tenant>", InBucketPrefix + "<tenant>",

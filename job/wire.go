@@ -14,8 +14,14 @@ const (
 	// each tenant's stream of submissions (JobsStream).
 	ConsumerSchedulers = "paddock-schedulers"
 
-	// StreamResults keeps the last result per job for the retention period,
-	// so Get and Wait work before and after a job ends.
+	// StreamResultsPrefix + tenant is the tenant's stream of terminal
+	// results (ResultsStream): the last result per job for the retention
+	// period, so Get and Wait work before and after a job ends. Each
+	// tenant has its own, with its own size cap, so no tenant's results
+	// can push another tenant's out.
+	StreamResultsPrefix = "PADDOCK_RESULTS_"
+	// StreamResults is the one results stream every tenant shared before
+	// (results.MigrateLegacyResults moves it into the tenants' streams).
 	StreamResults = "PADDOCK_RESULTS"
 	// SubjectResultPrefix + tenant + "." + id is where a job's terminal
 	// result is published; build it with ResultSubject (which escapes ids
@@ -57,6 +63,9 @@ const (
 func ResultSubject(tenant, id string) string {
 	return SubjectResultPrefix + orDefault(tenant) + "." + subjectSuffix(id)
 }
+
+// ResultsStream is the name of tenant's results stream.
+func ResultsStream(tenant string) string { return StreamResultsPrefix + orDefault(tenant) }
 
 // CancelSubject is the subject the fleet notifies a cancel of the job with
 // this Key on.

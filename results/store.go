@@ -230,13 +230,14 @@ func (s *Store) publish(ctx context.Context, r job.Result, data []byte) error {
 		s.log.Warn("stored result too large for NATS max_payload: published with outputs cut; Redis keeps the stored one",
 			"job", r.ID, "bytes", len(data), "published_bytes", len(small))
 	}
+	stream := job.ResultsStream(r.Tenant)
 	_, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID("result-"+r.Key()),
-		jetstream.WithExpectStream(job.StreamResults))
+		jetstream.WithExpectStream(stream))
 	if IsStreamFull(err) {
-		s.cfg.Metrics.StreamFull(ctx, job.StreamResults)
+		s.cfg.Metrics.StreamFull(ctx, stream)
 		return fmt.Errorf("%w: %s refused the result (%w): the NATS server's JetStream storage (max_file_store) or the stream's MaxBytes is used up; the result stays in Redis and is republished",
-			ErrStreamFull, job.StreamResults, err)
+			ErrStreamFull, stream, err)
 	}
 	return err
 }

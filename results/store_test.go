@@ -60,6 +60,8 @@ func newSetup(t testing.TB) *setup {
 	s.js, err = jetstream.New(s.nc)
 	require.NoError(t, err)
 	require.NoError(t, results.EnsureStreams(context.Background(), s.js, results.StreamConfig{}))
+	// The index tests record results of tenant dev too.
+	require.NoError(t, results.EnsureTenantStream(context.Background(), s.js, results.StreamConfig{}, "dev", 0))
 	s.rdb = s.redis.Client()
 	t.Cleanup(func() { s.rdb.Close() })
 	s.store = results.NewStore(s.rdb, s.js, results.StoreConfig{KeyPrefix: s.prefix})
@@ -203,7 +205,7 @@ func (s *setup) rawCopies(t *testing.T, id string) ([]byte, *jetstream.RawStream
 	ctx := context.Background()
 	inRedis, err := s.rdb.Get(ctx, s.prefix+"result:"+job.Key("", id)).Bytes()
 	require.NoError(t, err)
-	st, err := s.js.Stream(ctx, job.StreamResults)
+	st, err := s.js.Stream(ctx, job.ResultsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	msg, err := st.GetLastMsgForSubject(ctx, job.ResultSubject("", id))
 	require.NoError(t, err)
@@ -475,7 +477,7 @@ func streamFullCount(t *testing.T, reader *sdkmetric.ManualReader, stream string
 	return n
 }
 
-// When JetStream has no room for a result (here PADDOCK_RESULTS was changed
+// When JetStream has no room for a result (here the tenant's results stream was changed
 // to refuse new messages at a tiny size; a server out of JetStream storage
 // answers the same way) Record says so with ErrStreamFull, counts
 // paddock.stream.full, and the result is republished once there is room.
@@ -490,19 +492,19 @@ func TestRecordStreamFullCountsMetric(t *testing.T) {
 	require.NoError(t, err)
 	store := results.NewStore(s.rdb, s.js, results.StoreConfig{KeyPrefix: s.prefix, Metrics: metrics})
 
-	sc, err := results.ResultsStreamConfig(results.StreamConfig{})
+	sc, err := results.ResultsStreamConfig(results.StreamConfig{}, job.DefaultTenant)
 	require.NoError(t, err)
 	sc.Discard, sc.MaxBytes = jetstream.DiscardNew, 256
 	_, err = s.js.UpdateStream(ctx, sc)
 	require.NoError(t, err)
-	assert.Zero(t, streamFullCount(t, reader, job.StreamResults))
+	assert.Zero(t, streamFullCount(t, reader, job.ResultsStream(job.DefaultTenant)))
 
 	stored, first, err := store.Record(ctx, okResult("full-1"))
 	require.ErrorIs(t, err, results.ErrNotPublished)
 	require.ErrorIs(t, err, results.ErrStreamFull)
-	assert.Contains(t, err.Error(), job.StreamResults)
+	assert.Contains(t, err.Error(), job.ResultsStream(job.DefaultTenant))
 	assert.True(t, first, "the result is stored")
-	assert.Equal(t, int64(1), streamFullCount(t, reader, job.StreamResults))
+	assert.Equal(t, int64(1), streamFullCount(t, reader, job.ResultsStream(job.DefaultTenant)))
 	assert.Zero(t, streamFullCount(t, reader, job.JobsStream(job.DefaultTenant)))
 	_, err = s.client.Get(ctx, "full-1")
 	require.ErrorIs(t, err, client.ErrNotFinished)
@@ -514,7 +516,7 @@ func TestRecordStreamFullCountsMetric(t *testing.T) {
 	got, err := s.client.Get(ctx, "full-1")
 	require.NoError(t, err)
 	assert.Equal(t, stored, got)
-	assert.Equal(t, int64(1), streamFullCount(t, reader, job.StreamResults))
+	assert.Equal(t, int64(1), streamFullCount(t, reader, job.ResultsStream(job.DefaultTenant)))
 }
 
 func TestFinished(t *testing.T) {

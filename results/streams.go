@@ -42,14 +42,17 @@ type StreamConfig struct {
 	// client returns an error matching client.ErrStreamFull) and no accepted
 	// submission is ever dropped.
 	JobsMaxBytes int64
-	// ResultsMaxBytes bounds PADDOCK_RESULTS. Default 1 GiB
-	// (DefaultResultsMaxBytes): at least 1000 results of the largest size
-	// (StoreConfig.MaxResultBytes), hundreds of thousands of usual ones. The
-	// stream discards old messages: when it is full the oldest results leave
-	// NATS before ResultRetention (client.Get and Wait then report them not
-	// finished) so that new results, which clients are waiting for, are
-	// always published. Redis still holds every result for the retention, and
-	// the fleet's own decisions (duplicate ids, cancel) read Redis.
+	// ResultsMaxBytes bounds each tenant's results stream
+	// (job.ResultsStream). Default 256 MiB (DefaultResultsMaxBytes): at
+	// least 256 results of the largest size (StoreConfig.MaxResultBytes),
+	// tens of thousands of usual ones. The stream discards old messages:
+	// when it is full the tenant's oldest results leave NATS before
+	// ResultRetention (client.Get and Wait then report them not finished)
+	// so that new results, which clients are waiting for, are always
+	// published. Only the tenant's own results can push them out: each
+	// tenant has its stream. Redis still holds every result for the
+	// retention, and the fleet's own decisions (duplicate ids, cancel) read
+	// Redis.
 	ResultsMaxBytes int64
 	// Stores sizes each tenant's live output stream and buckets
 	// (EnsureTenantStores); its Retention defaults to ResultRetention.
@@ -61,7 +64,7 @@ const (
 	DefaultDedupeWindow    = 10 * time.Minute
 	DefaultRetention       = 24 * time.Hour
 	DefaultJobsMaxBytes    = 1 << 30
-	DefaultResultsMaxBytes = 1 << 30
+	DefaultResultsMaxBytes = 256 << 20
 )
 
 func (c StreamConfig) withDefaults() (StreamConfig, error) {
@@ -119,19 +122,22 @@ func JobsStreamConfig(cfg StreamConfig, tenant string, maxQueued int64) (jetstre
 	}, nil
 }
 
-// ResultsStreamConfig is the PADDOCK_RESULTS stream EnsureStreams creates.
-// It discards old messages when full (DiscardOld; see
-// StreamConfig.ResultsMaxBytes): Redis is the record, NATS the delivery, and
-// a full stream must not block the delivery of new results.
-func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
+// ResultsStreamConfig is tenant's results stream (job.ResultsStream)
+// EnsureTenant creates. It discards old messages when full (DiscardOld;
+// see StreamConfig.ResultsMaxBytes): Redis is the record, NATS the
+// delivery, and a full stream must not block the delivery of new results.
+func ResultsStreamConfig(cfg StreamConfig, tenant string) (jetstream.StreamConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return jetstream.StreamConfig{}, err
 	}
+	if err := job.CheckTenant(tenant); err != nil {
+		return jetstream.StreamConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	return jetstream.StreamConfig{
-		Name:              job.StreamResults,
-		Description:       "Paddock terminal results: the last one per job, for the retention period",
-		Subjects:          []string{job.SubjectResultPrefix + ">"},
+		Name:              job.ResultsStream(tenant),
+		Description:       "Paddock terminal results of tenant " + tenant + ": the last one per job, for the retention period",
+		Subjects:          []string{job.ResultSubjects(tenant)},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Discard:           jetstream.DiscardOld,
@@ -145,37 +151,43 @@ func ResultsStreamConfig(cfg StreamConfig) (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// EnsureStreams creates job.StreamResults and the stream of the default
-// tenant (job.DefaultTenant, unlimited), or updates them to cfg when they
-// exist. It is idempotent and safe to run from several schedulers starting
-// at once. Other tenants' streams are made by EnsureTenantStream.
+// EnsureStreams moves the results of the shared stream of older versions
+// into the tenants' own (MigrateLegacyResults), then creates the streams
+// of the default tenant (job.DefaultTenant, unlimited), or updates them to
+// cfg when they exist. It is idempotent and safe to run from several
+// schedulers starting at once. Other tenants' streams are made by
+// EnsureTenantStream.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
-	res, err := ResultsStreamConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if err := ensureStream(ctx, js, res); err != nil {
+	if _, err := MigrateLegacyResults(ctx, js, cfg); err != nil {
 		return err
 	}
 	return EnsureTenantStream(ctx, js, cfg, job.DefaultTenant, 0)
 }
 
 // EnsureTenantStream creates or updates tenant's stream of submissions
-// (JobsStreamConfig), and its agent I/O stores (EnsureTenantStores with
-// cfg.Stores). Idempotent.
+// (JobsStreamConfig), its results stream (ResultsStreamConfig) and its
+// agent I/O stores (EnsureTenantStores with cfg.Stores). Idempotent.
 func EnsureTenantStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued int64) error {
 	return EnsureTenant(ctx, js, cfg, tenant, maxQueued, 0)
 }
 
 // EnsureTenant is EnsureTenantStream with the tenant's own size of its
-// buckets, maxStored bytes (0: cfg.Stores.StoredMaxBytes).
+// buckets, maxStored bytes (0: cfg.Stores.StoredMaxBytes). The results
+// stream comes first: no submission is taken before its result has a
+// stream to go to.
 func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, tenant string, maxQueued, maxStored int64) error {
+	rc, err := ResultsStreamConfig(cfg, tenant)
+	if err != nil {
+		return err
+	}
 	sc, err := JobsStreamConfig(cfg, tenant, maxQueued)
 	if err != nil {
 		return err
 	}
-	if err := ensureStream(ctx, js, sc); err != nil {
-		return err
+	for _, c := range []jetstream.StreamConfig{rc, sc} {
+		if err := ensureStream(ctx, js, c); err != nil {
+			return err
+		}
 	}
 	cfg, _ = cfg.withDefaults()
 	q := cfg.Stores

@@ -55,10 +55,10 @@ func TestEnsureStreamsConcurrent(t *testing.T) {
 	assert.Equal(t, int64(results.DefaultJobsMaxBytes), jc.MaxBytes)
 	assert.Equal(t, jetstream.DiscardNew, jc.Discard, "a full jobs stream refuses, never drops")
 
-	res, err := js.Stream(ctx, job.StreamResults)
+	res, err := js.Stream(ctx, job.ResultsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	rc := res.CachedInfo().Config
-	assert.Equal(t, []string{job.SubjectResultPrefix + ">"}, rc.Subjects)
+	assert.Equal(t, []string{job.ResultSubjects(job.DefaultTenant)}, rc.Subjects)
 	assert.Equal(t, int64(1), rc.MaxMsgsPerSubject)
 	assert.Equal(t, results.DefaultRetention, rc.MaxAge)
 	assert.True(t, rc.AllowDirect)
@@ -76,7 +76,7 @@ func TestEnsureStreamsUpdates(t *testing.T) {
 	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{}), "idempotent")
 	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{ResultRetention: time.Hour, DedupeWindow: time.Minute,
 		JobsMaxBytes: 64 << 20, ResultsMaxBytes: 32 << 20}))
-	res, err := js.Stream(ctx, job.StreamResults)
+	res, err := js.Stream(ctx, job.ResultsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, res.CachedInfo().Config.MaxAge)
 	assert.Equal(t, int64(32<<20), res.CachedInfo().Config.MaxBytes)
@@ -182,4 +182,70 @@ func TestMigrateLegacyJobs(t *testing.T) {
 	m, err := st.GetMsg(ctx, st.CachedInfo().State.FirstSeq)
 	require.NoError(t, err)
 	assert.Equal(t, "old-0", m.Header.Get(job.HeaderMsgID), "headers move with the message")
+}
+
+// A tenant's results only push out its own: a flood of alpha's results
+// through its full stream leaves beta's result where it was.
+func TestTenantResultsCannotEvictAnothers(t *testing.T) {
+	t.Parallel()
+	n := testsvc.StartNATS(t)
+	js := connect(t, n)
+	ctx := context.Background()
+	cfg := results.StreamConfig{ResultsMaxBytes: 64 << 10}
+	for _, tn := range []string{"alpha", "beta"} {
+		require.NoError(t, results.EnsureTenantStream(ctx, js, cfg, tn, 0))
+	}
+	_, err := js.Publish(ctx, job.ResultSubject("beta", "keep"), []byte(`{"id":"keep"}`))
+	require.NoError(t, err)
+	body := make([]byte, 4<<10)
+	for i := range 64 { // 256 KiB through a 64 KiB stream
+		_, err := js.Publish(ctx, job.ResultSubject("alpha", fmt.Sprint("j", i)), body)
+		require.NoError(t, err)
+	}
+	alpha, err := js.Stream(ctx, job.ResultsStream("alpha"))
+	require.NoError(t, err)
+	_, err = alpha.GetLastMsgForSubject(ctx, job.ResultSubject("alpha", "j0"))
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the control: alpha's stream dropped its own oldest results")
+	beta, err := js.Stream(ctx, job.ResultsStream("beta"))
+	require.NoError(t, err)
+	m, err := beta.GetLastMsgForSubject(ctx, job.ResultSubject("beta", "keep"))
+	require.NoError(t, err, "beta's result is still there")
+	assert.Equal(t, `{"id":"keep"}`, string(m.Data))
+}
+
+// The one results stream of older versions moves into the tenants' own
+// streams, headers kept, and is deleted; a second run finds nothing.
+func TestMigrateLegacyResults(t *testing.T) {
+	t.Parallel()
+	n := testsvc.StartNATS(t)
+	js := connect(t, n)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: job.StreamResults, Subjects: []string{job.SubjectResultPrefix + ">"},
+		MaxMsgsPerSubject: 1, AllowDirect: true})
+	require.NoError(t, err)
+	for _, r := range []struct{ tenant, id, body string }{{"alpha", "a1", "first"}, {"alpha", "a1", "last"}, {"beta", "b1", "b"}, {"default", "d1", "d"}} {
+		msg := nats.NewMsg(job.ResultSubject(r.tenant, r.id))
+		msg.Data = []byte(r.body)
+		msg.Header.Set("Paddock-Test", r.id)
+		_, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(job.StreamResults))
+		require.NoError(t, err)
+	}
+	moved, err := results.MigrateLegacyResults(ctx, js, results.StreamConfig{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, moved, "the last result of each job")
+	_, err = js.Stream(ctx, job.StreamResults)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the legacy stream is gone")
+	for tenant, want := range map[string]string{"alpha": "last", "beta": "b", "default": "d"} {
+		st, err := js.Stream(ctx, job.ResultsStream(tenant))
+		require.NoError(t, err, tenant)
+		id := map[string]string{"alpha": "a1", "beta": "b1", "default": "d1"}[tenant]
+		m, err := st.GetLastMsgForSubject(ctx, job.ResultSubject(tenant, id))
+		require.NoError(t, err, tenant)
+		assert.Equal(t, want, string(m.Data), tenant)
+		assert.Equal(t, id, m.Header.Get("Paddock-Test"), "headers move with the result")
+	}
+	moved, err = results.MigrateLegacyResults(ctx, js, results.StreamConfig{})
+	require.NoError(t, err)
+	assert.Zero(t, moved)
+	require.NoError(t, results.EnsureStreams(ctx, js, results.StreamConfig{}), "the streams made by the migration are the usual ones")
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddockhq/paddock/internal/startstop"
@@ -24,7 +25,9 @@ import (
 //     with one job is not queued behind another's ten thousand (fair share).
 //
 // A held message is acknowledged when its result is published (the
-// scheduler follows the results stream, headers only) or, should that message be missed,
+// scheduler subscribes to every tenant's result subjects; each tenant has
+// its own results stream, so there is no one stream to follow) or, should
+// that message be missed,
 // found in Redis every HoldCheck. It is kept alive with InProgress every
 // AckWait/3. When the scheduler stops, held messages are left
 // unacknowledged: after AckWait another scheduler gets them, finds the task
@@ -32,7 +35,7 @@ import (
 type holds struct {
 	s     *Scheduler
 	slots *slots
-	sub   jetstream.ConsumeContext // the results, headers only
+	sub   *nats.Subscription // every tenant's results
 	svc   startstop.Service
 	sizer startstop.Service // AutoSlots
 	// resized and empty belong to the sizer's goroutine (and newHolds,
@@ -46,22 +49,21 @@ type holds struct {
 
 func newHolds(s *Scheduler) (*holds, error) {
 	h := &holds{s: s, m: map[string]jetstream.Msg{}, slots: newSlots(s.cfg.Slots)}
-	// Headers only: a scheduler needs a result's subject, not its body (up
-	// to MaxResultBytes), so it does not download every result of the
-	// fleet. New results only: older ones are found by check.
-	cons, err := s.js.OrderedConsumer(context.Background(), job.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{job.SubjectResultPrefix + ">"}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
+	// New results only (a core subscription): older ones are found by
+	// check. It needs the subject only; the body comes along (bounded by
+	// MaxResultBytes, usually a few KiB).
+	sub, err := s.js.Conn().Subscribe(job.SubjectResultPrefix+">", h.onResult)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: watch results: %w", err)
 	}
-	sub, err := cons.Consume(h.onResult)
-	if err != nil {
+	if err := sub.SetPendingLimits(-1, 64<<20); err != nil {
+		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("scheduler: watch results: %w", err)
 	}
 	h.sub = sub
 	every := min(s.cfg.HoldCheck, s.cfg.AckWait/3)
 	if err := h.svc.Start(context.Background(), startstop.Every(every, h.check)); err != nil {
-		sub.Stop()
+		_ = sub.Unsubscribe()
 		return nil, err
 	}
 	if s.cfg.AutoSlots != nil {
@@ -136,8 +138,8 @@ func (h *holds) done(key string) {
 	h.release()
 }
 
-func (h *holds) onResult(m jetstream.Msg) {
-	if tenant, id, ok := job.ParseResultSubject(m.Subject()); ok {
+func (h *holds) onResult(m *nats.Msg) {
+	if tenant, id, ok := job.ParseResultSubject(m.Subject); ok {
 		h.done(job.Key(tenant, id))
 	}
 }
@@ -179,7 +181,7 @@ func (h *holds) held() int {
 // stop ends the subscription and the checks; held messages stay
 // unacknowledged (see holds).
 func (h *holds) stop() {
-	h.sub.Stop()
+	_ = h.sub.Unsubscribe()
 	h.svc.Stop()
 	h.sizer.Stop()
 	h.mu.Lock()

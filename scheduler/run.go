@@ -43,8 +43,8 @@ type run struct {
 // newRun subscribes to results (for the holds) and starts a reader for
 // every current tenant; the first error undoes it all.
 func (s *Scheduler) newRun(ctx context.Context) (*run, error) {
-	if _, err := s.js.Stream(ctx, job.StreamResults); err != nil {
-		return nil, fmt.Errorf("scheduler: stream %s: %w (results.EnsureStreams creates it)", job.StreamResults, err)
+	if _, err := s.js.Stream(ctx, job.ResultsStream(job.DefaultTenant)); err != nil {
+		return nil, fmt.Errorf("scheduler: stream %s: %w (results.EnsureStreams creates it)", job.ResultsStream(job.DefaultTenant), err)
 	}
 	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &run{

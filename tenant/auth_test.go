@@ -87,18 +87,18 @@ func tamper(t *testing.T, creds []byte) string {
 	return strings.Replace(string(creds), token, forged, 1)
 }
 
-// tenantStreams creates, as admin, the submission streams of alpha and
-// beta and PADDOCK_RESULTS (direct get allowed).
+// tenantStreams creates, as admin, the submission and results streams of
+// alpha and beta (direct get allowed).
 func tenantStreams(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx := context.Background()
 	for _, name := range []string{"alpha", "beta"} {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: job.JobsStream(name), Subjects: []string{job.SubmitSubject(name)}})
 		require.NoError(t, err)
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: job.ResultsStream(name),
+			Subjects: []string{job.ResultSubjects(name)}, AllowDirect: true})
+		require.NoError(t, err)
 	}
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: job.StreamResults,
-		Subjects: []string{job.SubjectResultPrefix + ">"}, AllowDirect: true})
-	require.NoError(t, err)
 }
 
 func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
@@ -138,12 +138,14 @@ func TestTenantSubmitsOnlyAsItself(t *testing.T) {
 	// Nor may a tenant forge a result, even its own.
 	require.NoError(t, alpha.Publish(job.SubjectResultPrefix+"alpha.j1", []byte("forged")))
 	alpha.waitErr(t, `Publish to "paddock.results.alpha.j1"`)
-	assert.Zero(t, streamMsgs(t, adminJS, job.StreamResults))
+	assert.Zero(t, streamMsgs(t, adminJS, job.ResultsStream("alpha")))
 }
 
-// directGet asks PADDOCK_RESULTS for the last message on subject.
+// directGet asks the results stream of subject's tenant for the last
+// message on subject.
 func directGet(nc *nats.Conn, subject string) (*nats.Msg, error) {
-	return nc.Request("$JS.API.DIRECT.GET."+job.StreamResults+"."+subject, nil, time.Second)
+	tenant, _, _ := job.ParseResultSubject(subject)
+	return nc.Request("$JS.API.DIRECT.GET."+job.ResultsStream(tenant)+"."+subject, nil, time.Second)
 }
 
 func TestTenantReadsOnlyItsOwnResults(t *testing.T) {
@@ -165,7 +167,7 @@ func TestTenantReadsOnlyItsOwnResults(t *testing.T) {
 
 	_, err = directGet(alpha.Conn, job.SubjectResultPrefix+"beta.j1")
 	assert.Error(t, err, "no direct get of beta's result")
-	alpha.waitErr(t, `Publish to "$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.beta.j1"`)
+	alpha.waitErr(t, `Publish to "$JS.API.DIRECT.GET.PADDOCK_RESULTS_beta.paddock.results.beta.j1"`)
 
 	// Live results: alpha's subscription to beta's is refused. The server
 	// delivers to one connection in order, so once alpha's own result

@@ -96,7 +96,8 @@ func allowed(t *testing.T, c *conn, p probe) bool {
 
 // tenantProbes are what a tenant alpha may do (true) or not (false).
 func tenantProbes() map[probe]bool {
-	res := "$JS.API.DIRECT.GET." + job.StreamResults + "."
+	res := "$JS.API.DIRECT.GET." + job.ResultsStream("alpha") + "."
+	resB := "$JS.API.DIRECT.GET." + job.ResultsStream("beta") + "."
 	return map[probe]bool{
 		{false, job.SubmitSubject("alpha")}:                               true,
 		{false, job.CancelRequestSubject("alpha")}:                        true,
@@ -109,7 +110,7 @@ func tenantProbes() map[probe]bool {
 		{false, job.SubmitSubject("beta")}:                                false,
 		{false, job.CancelRequestSubject("beta")}:                         false,
 		{false, job.ResultSubject("alpha", "j1")}:                         false, // a forged result
-		{false, res + job.ResultSubject("beta", "j1")}:                    false,
+		{false, resB + job.ResultSubject("beta", "j1")}:                    false,
 		{false, "$JS.API.STREAM.INFO." + job.OutputStream("beta")}:        false,
 		{false, "$JS.API.STREAM.DELETE." + job.OutputStream("alpha")}:     false,
 		{false, "$O." + job.OutBucket("alpha") + ".C.x"}:                  false,

@@ -145,7 +145,7 @@ func tenantRequests(t string) []string {
 	pub := []string{
 		job.SubmitSubject(t),
 		job.CancelRequestSubject(t),
-		"$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubjects(t),
+		"$JS.API.DIRECT.GET." + job.ResultsStream(t) + "." + job.ResultSubjects(t),
 		job.JobsRequestSubject(t),
 	}
 	for _, st := range []string{job.OutputStream(t), objStream(job.OutBucket(t)), objStream(job.InBucket(t))} {

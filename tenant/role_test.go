@@ -19,7 +19,7 @@ func TestTenantGrantIsExactlyItsSubjects(t *testing.T) {
 	p, err := tenant.Permissions(tenant.RoleTenant, "dev")
 	require.NoError(t, err)
 	assert.Subset(t, []string(p.Pub.Allow), []string{"paddock.jobs.submit.dev", "paddock.api.cancel.dev",
-		"$JS.API.DIRECT.GET.PADDOCK_RESULTS.paddock.results.dev.>", "paddock.api.jobs.dev"})
+		"$JS.API.DIRECT.GET.PADDOCK_RESULTS_dev.paddock.results.dev.>", "paddock.api.jobs.dev"})
 	// Everything else is about dev's own output stream and buckets.
 	own := []string{"PADDOCK_OUTPUT_dev", "OBJ_paddock_out_dev", "OBJ_paddock_in_dev", "$O.paddock_in_dev."}
 	for _, s := range p.Pub.Allow[4:] {

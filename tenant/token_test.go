@@ -293,7 +293,7 @@ func TestGatewayServiceUser(t *testing.T) {
 		{false, "$JS.API.CONSUMER.CREATE.KV_" + tenant.RegistryBucket}:                    false,
 		{false, job.SubmitSubject("alpha")}:                                               false,
 		{false, job.CancelRequestSubject("alpha")}:                                        false,
-		{false, "$JS.API.DIRECT.GET.PADDOCK_RESULTS." + job.ResultSubject("alpha", "j1")}: false,
+		{false, "$JS.API.DIRECT.GET.PADDOCK_RESULTS_alpha." + job.ResultSubject("alpha", "j1")}: false,
 		{false, "$JS.API.STREAM.INFO." + job.OutputStream("alpha")}:                       false,
 		{false, "$JS.API.CONSUMER.CREATE." + job.JobsStream("alpha")}:                     false,
 		{false, "$O." + job.InBucket("alpha") + ".C.x"}:                                   false,

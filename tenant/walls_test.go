@@ -75,7 +75,7 @@ func TestTenantAccountsWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `{"id":"j1"}`, string(m.Data))
 
-	reply, err := f.alpha.Request("$JS.API.DIRECT.GET."+job.StreamResults+"."+job.ResultSubject("alpha", "j1"), nil, 5*time.Second)
+	reply, err := f.alpha.Request("$JS.API.DIRECT.GET."+job.ResultsStream("alpha")+"."+job.ResultSubject("alpha", "j1"), nil, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, `{"id":"j1"}`, string(reply.Data))
 
@@ -178,7 +178,7 @@ func attacks(t *testing.T) []attack {
 		as = append(as,
 			attack{"push consumer on own output", "$JS.API.CONSUMER.CREATE." + out, "", consumer(out, target)},
 			attack{"push consumer, mapped name", tenant.LocalAPIPrefix + "CONSUMER.CREATE." + out, "", consumer(out, target)},
-			attack{"push consumer on results", "$JS.API.CONSUMER.CREATE." + job.StreamResults, "", consumer(job.StreamResults, target)},
+			attack{"push consumer on own results", "$JS.API.CONSUMER.CREATE." + job.ResultsStream("alpha"), "", consumer(job.ResultsStream("alpha"), target)},
 			attack{"stream capturing the target", "$JS.API.STREAM.CREATE.X" + fmt.Sprint(i), "",
 				stream(map[string]any{"name": "X" + fmt.Sprint(i), "subjects": []string{target}})},
 			attack{"stream republishing to the target", tenant.LocalAPIPrefix + "STREAM.CREATE.R" + fmt.Sprint(i), "",
@@ -282,7 +282,7 @@ func TestSubjectPermissionsAloneDoNotStopTheAttacks(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, legacy.PublishMsg(&nats.Msg{Subject: "$JS.API.CONSUMER.CREATE." + out, Data: body}))
 	require.NoError(t, legacy.PublishMsg(&nats.Msg{
-		Subject: "$JS.API.DIRECT.GET." + job.StreamResults + "." + job.ResultSubject("alpha", "j1"),
+		Subject: "$JS.API.DIRECT.GET." + job.ResultsStream("alpha") + "." + job.ResultSubject("alpha", "j1"),
 		Reply:   job.SubmitSubject("beta")}))
 	require.NoError(t, legacy.Flush())
 	require.Eventually(t, func() bool { return streamMsgs(t, f.js, job.JobsStream("beta")) >= 2 }, 10*time.Second, 20*time.Millisecond,

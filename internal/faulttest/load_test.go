@@ -96,7 +96,7 @@ func TestLoad(t *testing.T) {
 	assert.Equal(t, n, nres)
 	js, err := jetstream.New(f.nc)
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, job.StreamResults)
+	st, err := js.Stream(ctx, job.ResultsStream(job.DefaultTenant))
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)

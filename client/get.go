@@ -17,7 +17,9 @@ import (
 // has an empty body; the reply is the stored message with its headers, or
 // a status-only "404 Message Not Found". The stream is the tenant's own
 // (job.ResultsStream).
-func apiDirectGet(tenant string) string { return "$JS.API.DIRECT.GET." + job.ResultsStream(tenant) + "." }
+func apiDirectGet(tenant string) string {
+	return "$JS.API.DIRECT.GET." + job.ResultsStream(tenant) + "."
+}
 
 // Get returns the terminal result of the tenant's job id, or an error
 // wrapping ErrNotFinished when there is none (yet). It reads the last

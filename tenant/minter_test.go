@@ -110,7 +110,7 @@ func tenantProbes() map[probe]bool {
 		{false, job.SubmitSubject("beta")}:                                false,
 		{false, job.CancelRequestSubject("beta")}:                         false,
 		{false, job.ResultSubject("alpha", "j1")}:                         false, // a forged result
-		{false, resB + job.ResultSubject("beta", "j1")}:                    false,
+		{false, resB + job.ResultSubject("beta", "j1")}:                   false,
 		{false, "$JS.API.STREAM.INFO." + job.OutputStream("beta")}:        false,
 		{false, "$JS.API.STREAM.DELETE." + job.OutputStream("alpha")}:     false,
 		{false, "$O." + job.OutBucket("alpha") + ".C.x"}:                  false,

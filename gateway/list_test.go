@@ -48,7 +48,7 @@ func fakeSpans(_ context.Context, id string) ([]Span, error) {
 func TestAPIDashboard(t *testing.T) {
 	f := newFleet(t, func(c *Config) {
 		c.Spans = fakeSpans
-		c.Fleet = func(context.Context) (any, error) {
+		c.Fleet = func(_ context.Context, tenant string) (any, error) {
 			return map[string]any{"workers": []any{}, "queues": []any{}, "reasons": []any{}}, nil
 		}
 	})

@@ -79,7 +79,12 @@ func mcpConnect(t *testing.T, url, token string) (*mcp.ClientSession, error) {
 func TestAttackMCPSessionCap(t *testing.T) {
 	t.Parallel()
 	g := bareGateway(t, func(c *Config) { c.MaxMCPSessions = 2 })
-	t.Cleanup(g.sess.watchers.Wait)
+	t.Cleanup(func() { // last: close what a failed check left open, wait for the watchers
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = g.CloseSessions(ctx)
+		g.sess.watchers.Wait()
+	})
 	url := serveTest(t, g.Handler()) + "/mcp"
 	first, err := mcpConnect(t, url, devToken)
 	require.NoError(t, err)

@@ -7,8 +7,10 @@
 // token, then acts through that tenant's own NATS identity (Clients), so
 // the NATS server's permissions still decide what a request may touch. It
 // keeps no state of its own: jobs and results live in NATS and Redis,
-// sessions in a NATS KV bucket, so several gateways may run behind a load
-// balancer (MCP's streamable HTTP sessions excepted: see docs/gateway.md).
+// sessions and dashboard logins in a NATS KV bucket, so several gateways
+// may run behind a load balancer (MCP's streamable HTTP sessions, the
+// per-address limit of failed credentials (guard.go) and the MCP session
+// cap excepted: they are per process; see docs/gateway.md).
 package gateway
 
 import (

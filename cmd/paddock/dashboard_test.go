@@ -260,4 +260,49 @@ func TestDashboardDataOnUp(t *testing.T) {
 	assert.Equal(t, "dev", fleet.Tenant)
 	assert.NotEmpty(t, fleet.Reasons, "the ok just recorded")
 	assert.NotContains(t, string(data), "dash-1", "the fleet view names no job")
+
+	// A dashboard login and a named session, with the gateway service
+	// user's real NATS permissions: the login's record and the session
+	// count live in its sessions bucket.
+	testLoginOnUp(t, base, token)
+	code, data = call(http.MethodPost, "/v1/jobs?wait=60s", `{"command":"true","session":"dash-s"}`)
+	require.Equal(t, http.StatusOK, code, "%s", data)
+	code, data = call(http.MethodDelete, "/v1/sessions/dash-s", "")
+	require.Equal(t, http.StatusNoContent, code, "%s", data)
+}
+
+// testLoginOnUp logs in to the dashboard of a `paddock up` over plain
+// HTTP on loopback (the cookie goes without Secure there), uses the
+// cookie, logs out, and finds the cookie refused.
+func testLoginOnUp(t *testing.T, base, token string) {
+	t.Helper()
+	send := func(method, path, body, cookie string) *http.Response {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("X-Paddock-CSRF", "1")
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := send(http.MethodPost, "/ui/login", `{"token":"`+token+`"}`, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "paddock_session" {
+			cookie = c
+		}
+	}
+	require.NotNil(t, cookie)
+	assert.NotContains(t, cookie.Value, token)
+	assert.False(t, cookie.Secure, "paddock up's gateway is plain HTTP on loopback")
+	assert.True(t, cookie.HttpOnly)
+	header := "paddock_session=" + cookie.Value
+	assert.Equal(t, http.StatusOK, send(http.MethodGet, "/v1/fleet", "", header).StatusCode)
+	assert.Equal(t, http.StatusNoContent, send(http.MethodPost, "/ui/logout", "", header).StatusCode)
+	assert.Equal(t, http.StatusUnauthorized, send(http.MethodGet, "/v1/fleet", "", header).StatusCode)
 }

@@ -288,8 +288,8 @@ func (v *fleetView) ended(ctx context.Context, body *fleetBody, q func(string) *
 			seen[j.ID] = true
 			qs := q(j.Queue)
 			qs.EndedLastHour++
-			if j.State != job.StateSucceeded {
-				qs.FailedLastHr++
+			if j.State != job.StateSucceeded && j.State != job.StateCanceled {
+				qs.FailedLastHr++ // failed, rejected, infra: as the page's chart counts them
 			}
 			b := j.FinishedAt.UnixMilli() / reasonBucket.Milliseconds()
 			if buckets[b] == nil {

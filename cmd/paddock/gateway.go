@@ -294,7 +294,7 @@ docs/gateway.md.`,
 	}
 	f.register(cmd.Flags())
 	for _, name := range []string{"gateway-addr", "gateway-signing-key", "gateway-rate", "gateway-burst", "gateway-max-streams", "gateway-max-body-bytes", "gateway-identity-ttl",
-		"gateway-auth-fail-rate", "gateway-auth-fail-burst", "gateway-trusted-proxies", "gateway-insecure-cookies", "gateway-max-mcp-sessions"} {
+		"gateway-auth-fail-rate", "gateway-auth-fail-burst", "gateway-trusted-proxies", "gateway-insecure-cookies", "gateway-max-mcp-sessions", "gateway-max-named-sessions"} {
 		_ = cmd.Flags().MarkHidden(name)
 	}
 	return cmd

@@ -7,8 +7,10 @@
 // token, then acts through that tenant's own NATS identity (Clients), so
 // the NATS server's permissions still decide what a request may touch. It
 // keeps no state of its own: jobs and results live in NATS and Redis,
-// sessions in a NATS KV bucket, so several gateways may run behind a load
-// balancer (MCP's streamable HTTP sessions excepted: see docs/gateway.md).
+// sessions and dashboard logins in a NATS KV bucket, so several gateways
+// may run behind a load balancer (MCP's streamable HTTP sessions, the
+// per-address limit of failed credentials (guard.go) and the MCP session
+// cap excepted: they are per process; see docs/gateway.md).
 package gateway
 
 import (
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/paddockhq/paddock/client"
@@ -67,6 +70,10 @@ type Config struct {
 	Auth     Authenticator
 	Clients  Clients
 	Sessions SessionStore
+	// Logins keeps the dashboard's logins (login.go); default: Sessions
+	// when it is a LoginStore (KVSessions and MemSessions are), else a
+	// MemSessions of this process.
+	Logins LoginStore
 
 	// Logger defaults to slog.Default(), with component=gateway.
 	Logger *slog.Logger
@@ -78,6 +85,27 @@ type Config struct {
 	// MaxStreams bounds the event streams (SSE) one token holds open at
 	// once (default 8).
 	MaxStreams int
+	// AuthFailRate and AuthFailBurst bound the failed credential checks of
+	// one client address (default 1/s, burst 20): past them, a credential
+	// from that address that did not succeed within the last hour gets 429
+	// before it is looked up (guard.go).
+	AuthFailRate  float64
+	AuthFailBurst int
+	// TrustedProxies are the addresses of reverse proxies whose
+	// X-Forwarded-For (the client's address, for the guard) and
+	// X-Forwarded-Proto (https, for the cookie) are believed. Empty: the
+	// client is the connection's peer.
+	TrustedProxies []netip.Prefix
+	// InsecureCookies says the gateway is served over plain HTTP on
+	// loopback (paddock up): the login cookie then goes without Secure,
+	// unless the request came over TLS. Default false: Secure always.
+	InsecureCookies bool
+	// MaxMCPSessions bounds the MCP sessions one token holds open on this
+	// gateway (default 8); MaxNamedSessions bounds the named sessions
+	// (?session=, "session") one tenant holds in the session store
+	// (default 16). Each session may hold a workspace of SessionMaxBytes.
+	MaxMCPSessions   int
+	MaxNamedSessions int
 	// MaxBodyBytes bounds a request body (default 1 MiB; a job's inline
 	// files are at most 128 KiB decoded).
 	MaxBodyBytes int64
@@ -100,10 +128,13 @@ type Config struct {
 	// only for a job the caller's list has); cmd reads the span file
 	// (telemetry.ReadSpans). Without it the trace endpoint answers 503.
 	Spans func(ctx context.Context, jobID string) ([]Span, error)
-	// Fleet, optional, returns the fleet view of GET /v1/fleet (workers,
-	// queues, reasons over time: fleet-wide facts, never a job id or name);
-	// its value is encoded as JSON. Without it the endpoint answers 503.
-	Fleet func(ctx context.Context) (any, error)
+	// Fleet, optional, returns the fleet view of GET /v1/fleet as tenant
+	// may see it: what is its own (its jobs by queue, its reasons over
+	// time) and what is fleet-wide and anonymous (how many workers, their
+	// capacity), never a host name, another tenant's name or another
+	// tenant's counts. Its value is encoded as JSON. Without it the
+	// endpoint answers 503.
+	Fleet func(ctx context.Context, tenant string) (any, error)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -122,8 +153,21 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Burst, 40)
 	def(&c.MaxStreams, 8)
 	def(&c.AnswerChars, 10_000)
+	def(&c.AuthFailBurst, 20)
+	def(&c.MaxMCPSessions, 8)
+	def(&c.MaxNamedSessions, 16)
 	if c.Rate == 0 {
 		c.Rate = 20
+	}
+	if c.AuthFailRate == 0 {
+		c.AuthFailRate = 1
+	}
+	if c.Logins == nil {
+		if ls, ok := c.Sessions.(LoginStore); ok {
+			c.Logins = ls
+		} else {
+			c.Logins = NewMemSessions()
+		}
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 1 << 20
@@ -144,6 +188,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.AnswerChars < 1000 || c.SessionIdleTTL < time.Minute || c.SessionMaxBytes < 1<<20 {
 		return c, fmt.Errorf("%w: Rate, Burst, MaxStreams, MaxBodyBytes, MaxWait (≥1s), AnswerChars (≥1000), SessionIdleTTL (≥1m) and SessionMaxBytes (≥1 MiB) must be positive", ErrInvalidConfig)
 	}
+	if c.AuthFailRate < 0 || c.AuthFailBurst < 1 || c.MaxMCPSessions < 1 || c.MaxNamedSessions < 1 {
+		return c, fmt.Errorf("%w: AuthFailRate, AuthFailBurst, MaxMCPSessions and MaxNamedSessions must be positive", ErrInvalidConfig)
+	}
 	if c.SessionIdleTTL <= c.MaxWait {
 		// Else the sweeper could end a session while its command still runs.
 		return c, fmt.Errorf("%w: SessionIdleTTL (%s) must be longer than MaxWait (%s), the longest a command may take", ErrInvalidConfig, c.SessionIdleTTL, c.MaxWait)
@@ -158,10 +205,12 @@ func (c Config) withDefaults() (Config, error) {
 
 // Gateway serves the HTTP API and the MCP server.
 type Gateway struct {
-	cfg  Config
-	log  *slog.Logger
-	lim  *limiters
-	sess sessions // session.go: sweeper, watched MCP sessions
+	cfg   Config
+	log   *slog.Logger
+	lim   *limiters
+	guard *guard   // guard.go: failed credentials per client address
+	mcps  mcpSlots // mcp.go: open MCP sessions per token
+	sess  sessions // session.go: sweeper, watched MCP sessions
 }
 
 // New returns a Gateway; it starts nothing (Handler serves, Start runs the
@@ -171,7 +220,8 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, log: cfg.Logger, lim: newLimiters(cfg.Rate, cfg.Burst, cfg.MaxStreams)}, nil
+	return &Gateway{cfg: cfg, log: cfg.Logger, lim: newLimiters(cfg.Rate, cfg.Burst, cfg.MaxStreams),
+		guard: newGuard(cfg.AuthFailRate, cfg.AuthFailBurst)}, nil
 }
 
 // Handler serves the whole gateway: /v1/… (the HTTP API and its OpenAPI

@@ -167,16 +167,19 @@ func (g *Gateway) deadline(w http.ResponseWriter, r *http.Request, kind routeKin
 	return context.WithTimeout(r.Context(), d)
 }
 
-// authenticate checks the bearer token and the token's rate limit; false
-// when it answered the request itself (401, 429 or 503).
+// authenticate checks the bearer token (or the dashboard's login cookie)
+// and the token's rate limit; false when it answered the request itself
+// (401, 403, 429 or 503).
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
-	token, ok := bearerToken(r.Header.Get("Authorization"))
-	if !ok {
+	cred := credential{}
+	var ok bool
+	if cred.value, ok = bearerToken(r.Header.Get("Authorization")); !ok {
 		// The dashboard's login cookie (ui.go), with its CSRF check.
 		var answered bool
-		if token, ok, answered = sessionToken(w, r); answered {
+		if cred.value, ok, answered = sessionToken(w, r); answered {
 			return Identity{}, false
 		}
+		cred.cookie = ok
 	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="paddock"`)
@@ -185,18 +188,20 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Identity
 				"(the operator issues them: paddock tenant token NAME)"})
 		return Identity{}, false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
-	defer cancel()
-	id, err := g.cfg.Auth.Authenticate(ctx, token)
+	id, err := g.check(r, cred)
+	var aerr *apiError
 	switch {
+	case errors.As(err, &aerr):
+		writeError(w, aerr)
+		return Identity{}, false
 	case errors.Is(err, ErrUnauthorized):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="paddock", error="invalid_token"`)
-		writeError(w, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized,
-			Message: "the bearer token is unknown, malformed or revoked: ask the operator for a valid one"})
+		msg := "the bearer token is unknown, malformed or revoked: ask the operator for a valid one"
+		if cred.cookie {
+			msg = "your dashboard login ended (logged out, expired, or its token was revoked): log in again"
+		}
+		writeError(w, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: msg})
 		return Identity{}, false
-	case err == nil && job.CheckTenant(id.Tenant) != nil:
-		err = fmt.Errorf("gateway: the authenticator gave token %q the invalid tenant %q", id.TokenID, id.Tenant)
-		fallthrough
 	case err != nil:
 		g.log.Warn("authentication failed", "err", err)
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, RetryAfter: 5 * time.Second,
@@ -210,6 +215,47 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Identity
 		return Identity{}, false
 	}
 	return id, true
+}
+
+// credential is what a request presents: a bearer token, or the id of a
+// dashboard login (its cookie).
+type credential struct {
+	value  string
+	cookie bool
+}
+
+// check authenticates cred for r. The guard comes first: from an address
+// over its failures, a credential not known to be good is refused (a 429
+// *apiError) before any lookup. A bad credential is an error wrapping
+// ErrUnauthorized, and counts against the address; any other error is a
+// failure of the stores.
+func (g *Gateway) check(r *http.Request, cred credential) (Identity, error) {
+	addr := clientAddr(r, g.cfg.TrustedProxies)
+	if ok, wait := g.guard.admit(addr, cred.value, time.Now()); !ok {
+		return Identity{}, &apiError{Status: http.StatusTooManyRequests, Code: codeRateLimited, RetryAfter: wait,
+			Message: fmt.Sprintf("too many failed credentials from your address %s (the gateway allows %g a second, burst %d): "+
+				"retry after the Retry-After seconds, with a valid token", addr, g.cfg.AuthFailRate, g.cfg.AuthFailBurst)}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
+	defer cancel()
+	token, err := cred.value, error(nil)
+	if cred.cookie {
+		token, err = g.loginToken(ctx, cred.value)
+	}
+	var id Identity
+	if err == nil {
+		id, err = g.cfg.Auth.Authenticate(ctx, token)
+	}
+	if err == nil && job.CheckTenant(id.Tenant) != nil {
+		err = fmt.Errorf("gateway: the authenticator gave token %q the invalid tenant %q", id.TokenID, id.Tenant)
+	}
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		g.guard.failed(addr, time.Now())
+	case err == nil:
+		g.guard.succeeded(cred.value, time.Now())
+	}
+	return id, err
 }
 
 // bearerToken reads "Bearer <token>" (the scheme is case-insensitive).
@@ -691,6 +737,7 @@ const (
 	codeRateLimited      = "rate_limited"
 	codeTooManyStreams   = "too_many_streams"
 	codeQuota            = "quota_exceeded"
+	codeTooManySessions  = "too_many_sessions"
 	codeInvalidRequest   = "invalid_request"
 	codeMalformedJSON    = "malformed_json"
 	codeBodyTooLarge     = "body_too_large"
@@ -752,6 +799,7 @@ func classify(err error) *apiError {
 	}
 	var nk *client.NotKeptError
 	var we *WorkspaceError
+	var ce *SessionCapError
 	e := &apiError{Status: http.StatusInternalServerError, Code: codeInternal, Message: err.Error(), Err: err}
 	switch {
 	case errors.Is(err, client.ErrNotFinished) || errors.As(err, &nk) && !nk.Finished:
@@ -769,6 +817,8 @@ func classify(err error) *apiError {
 		e.Status, e.Code, e.RetryAfter = http.StatusConflict, codeSessionEnding, 5*time.Second
 	case errors.Is(err, ErrSessionName):
 		e.Status, e.Code = http.StatusBadRequest, codeInvalidRequest
+	case errors.As(err, &ce):
+		e.Status, e.Code = http.StatusTooManyRequests, codeTooManySessions
 	case errors.As(err, &we):
 		e.Status, e.Code, e.RetryAfter = http.StatusServiceUnavailable, codeUnavailable, 5*time.Second
 	case errors.Is(err, job.ErrInvalid):

@@ -595,6 +595,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: x", client.ErrNotArtifact), http.StatusNotFound, codeNotArtifact},
 		{fmt.Errorf("%w: s", ErrNoSession), http.StatusNotFound, codeNoSession},
 		{fmt.Errorf("%w: s", ErrSessionEnding), http.StatusConflict, codeSessionEnding},
+		{&SessionCapError{Tenant: "dev", Cap: 2}, http.StatusTooManyRequests, codeTooManySessions},
 		{&job.ValidationError{Fields: []job.FieldError{{Field: "id", Message: "bad"}}}, http.StatusBadRequest, codeInvalidRequest},
 		{&client.QuotaError{Tenant: "dev", Quota: client.QuotaMaxQueued}, http.StatusTooManyRequests, codeQuota},
 		{&client.StreamFullError{Stream: "s"}, http.StatusServiceUnavailable, codeStreamFull},
@@ -611,7 +612,7 @@ func TestClassify(t *testing.T) {
 		assert.Equal(t, tc.code, e.Code, "%v", tc.err)
 		assert.NotEmpty(t, e.Message)
 	}
-	assert.Equal(t, []job.FieldError{{Field: "id", Message: "bad"}}, classify(cases[6].err).Fields)
+	assert.Equal(t, []job.FieldError{{Field: "id", Message: "bad"}}, classify(cases[7].err).Fields)
 }
 
 func TestParseWait(t *testing.T) {

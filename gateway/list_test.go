@@ -48,8 +48,9 @@ func fakeSpans(_ context.Context, id string) ([]Span, error) {
 func TestAPIDashboard(t *testing.T) {
 	f := newFleet(t, func(c *Config) {
 		c.Spans = fakeSpans
-		c.Fleet = func(context.Context) (any, error) {
-			return map[string]any{"workers": []any{}, "queues": []any{}, "reasons": []any{}}, nil
+		c.Fleet = func(_ context.Context, tenant string) (any, error) {
+			return map[string]any{"tenant": tenant, "workers": []any{}, "capacity": map[string]int{"workers_alive": 0, "slots": 0},
+				"queues": []any{}, "reasons": []any{}}, nil
 		}
 	})
 	// First and alone: it fills the worker's two slots to hold a job queued.
@@ -59,7 +60,8 @@ func TestAPIDashboard(t *testing.T) {
 	t.Run("events-cap", func(t *testing.T) { t.Parallel(); testAPIJobEventsCap(t, f) })
 	t.Run("fleet", func(t *testing.T) {
 		t.Parallel()
-		newAPIClient(t, f.URL, devToken).call(http.MethodGet, "/v1/fleet", nil, http.StatusOK)
+		data := newAPIClient(t, f.URL, devToken).call(http.MethodGet, "/v1/fleet", nil, http.StatusOK)
+		assert.Contains(t, string(data), `"tenant":"dev"`, "the view is asked for the caller's tenant")
 	})
 }
 

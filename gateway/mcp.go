@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -68,7 +69,94 @@ func (g *Gateway) mcpHTTP() http.Handler {
 		PropagateRequestCancellation: true,
 		MaxRequestBodyBytes:          g.cfg.MaxBodyBytes,
 	})
-	return auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(g.mcpLimit(namedSession(writeDeadlines(h))))
+	authed := auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	return g.mcpGuard(authed(g.mcpLimit(g.mcpSessionCap(srv, namedSession(writeDeadlines(h))))))
+}
+
+// mcpGuard refuses, before any lookup, the token of a request from an
+// address over its failed credentials (guard.go): 429 with Retry-After.
+// verifyToken counts the failures and successes.
+func (g *Gateway) mcpGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token, ok := bearerToken(r.Header.Get("Authorization")); ok {
+			addr := clientAddr(r, g.cfg.TrustedProxies)
+			if ok, wait := g.guard.admit(addr, token, time.Now()); !ok {
+				writeError(w, &apiError{Status: http.StatusTooManyRequests, Code: codeRateLimited, RetryAfter: wait,
+					Message: fmt.Sprintf("too many failed credentials from your address %s (the gateway allows %g a second, burst %d): "+
+						"retry after the Retry-After seconds, with a valid token", addr, g.cfg.AuthFailRate, g.cfg.AuthFailBurst)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// mcpSlots counts the MCP sessions of each token open on this gateway
+// (the SDK keeps them in its memory), against Config.MaxMCPSessions.
+type mcpSlots struct {
+	mu   sync.Mutex
+	open map[string]int // limitKey → sessions open or being opened
+}
+
+// take reserves one session of key; false when key holds max already.
+func (s *mcpSlots) take(key string, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[key] >= max {
+		return false
+	}
+	if s.open == nil {
+		s.open = map[string]int{}
+	}
+	s.open[key]++
+	return true
+}
+
+// release frees one session of key.
+func (s *mcpSlots) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[key]--; s.open[key] <= 0 {
+		delete(s.open, key)
+	}
+}
+
+// mcpSessionCap bounds the MCP sessions of a token: a request that may
+// open one (a POST without Mcp-Session-Id) first takes a slot of its token
+// (429 too_many_sessions when they are all taken); the slot is kept when
+// the SDK answered with a new session, and freed when that session closes
+// (the client's DELETE, SessionIdleTTL without a request, the gateway's
+// shutdown); else at once.
+func (g *Gateway) mcpSessionCap(srv *mcp.Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id, _ := identityOf(auth.TokenInfoFromContext(r.Context()))
+		key := limitKey(id)
+		if !g.mcps.take(key, g.cfg.MaxMCPSessions) {
+			writeError(w, &apiError{Status: http.StatusTooManyRequests, Code: codeTooManySessions, Message: fmt.Sprintf(
+				"token %s holds %d MCP sessions on this gateway, its cap (MaxMCPSessions, --gateway-max-mcp-sessions): "+
+					"close one (HTTP DELETE /mcp with its Mcp-Session-Id) or reuse it; an unused one closes after %s",
+				id.TokenID, g.cfg.MaxMCPSessions, g.cfg.SessionIdleTTL)})
+			return
+		}
+		next.ServeHTTP(w, r)
+		var ss *mcp.ServerSession
+		if sid := w.Header().Get("Mcp-Session-Id"); sid != "" {
+			for s := range srv.Sessions() {
+				if s.ID() == sid {
+					ss = s
+				}
+			}
+		}
+		if ss == nil {
+			g.mcps.release(key)
+			return
+		}
+		g.watch(ss, SessionRef{Tenant: id.Tenant, Kind: SessionMCP, Name: ss.ID()}, func() { g.mcps.release(key) })
+	})
 }
 
 // writeDeadlines sets a write deadline of writeStall before every write
@@ -127,9 +215,10 @@ func namedSession(h http.Handler) http.Handler {
 
 // verifyToken is the SDK's token verifier over Config.Auth: the tenant is
 // the TokenInfo's UserID, the Identity is in its Extra.
-func (g *Gateway) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+func (g *Gateway) verifyToken(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
 	id, err := g.cfg.Auth.Authenticate(ctx, token)
 	if errors.Is(err, ErrUnauthorized) {
+		g.guard.failed(clientAddr(r, g.cfg.TrustedProxies), time.Now())
 		return nil, fmt.Errorf("%w: %w", auth.ErrInvalidToken, err)
 	}
 	if err != nil {
@@ -142,6 +231,7 @@ func (g *Gateway) verifyToken(ctx context.Context, token string, _ *http.Request
 		g.log.Error("mcp: the authenticator returned no valid tenant", "err", err)
 		return nil, fmt.Errorf("gateway: the token maps to no valid tenant (%w)", err)
 	}
+	g.guard.succeeded(token, time.Now())
 	return &auth.TokenInfo{UserID: id.Tenant, Extra: map[string]any{identityKey: id}}, nil
 }
 
@@ -188,15 +278,19 @@ func (g *Gateway) httpSessionRef(req *mcp.CallToolRequest) (SessionRef, error) {
 		return SessionRef{Tenant: id.Tenant, Kind: SessionHTTP, Name: name}, nil
 	}
 	ref := SessionRef{Tenant: id.Tenant, Kind: SessionMCP, Name: req.Session.ID()}
-	g.watch(req.Session, ref)
+	g.watch(req.Session, ref, nil)
 	return ref, nil
 }
 
-// watch ends ref's session when ss closes, once per session.
-func (g *Gateway) watch(ss *mcp.ServerSession, ref SessionRef) {
+// watch ends ref's session when ss closes, once per session, then calls
+// closed (if not nil).
+func (g *Gateway) watch(ss *mcp.ServerSession, ref SessionRef, closed func()) {
 	g.sess.mu.Lock()
 	defer g.sess.mu.Unlock()
 	if _, ok := g.sess.watched[ref.Name]; ok {
+		if closed != nil {
+			closed() // watched already (cannot happen: watched from its creation)
+		}
 		return
 	}
 	if g.sess.watched == nil {
@@ -205,6 +299,9 @@ func (g *Gateway) watch(ss *mcp.ServerSession, ref SessionRef) {
 	g.sess.watched[ref.Name] = func() { _ = ss.Close() }
 	g.sess.watchers.Go(func() {
 		_ = ss.Wait()
+		if closed != nil {
+			closed()
+		}
 		g.endClosed(ref)
 		g.sess.mu.Lock()
 		delete(g.sess.watched, ref.Name)

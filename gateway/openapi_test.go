@@ -62,7 +62,7 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	// Every code the gateway answers with is in the Error schema's enum.
 	var codes []any
-	for _, c := range []string{codeUnauthorized, codeForbidden, codeRateLimited, codeTooManyStreams, codeQuota,
+	for _, c := range []string{codeUnauthorized, codeForbidden, codeRateLimited, codeTooManyStreams, codeQuota, codeTooManySessions,
 		codeInvalidRequest, codeMalformedJSON, codeBodyTooLarge, codeUnsupportedMedia, codeRequestTimeout,
 		codeMethodNotAllowed, codeNotFound, codeNoResult, codeNotKept, codeNotArtifact, codeNoSession,
 		codeSessionEnding, codeStreamFull, codeNoStream, codeUnavailable, codeTimeout, codeInternal} {

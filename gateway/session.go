@@ -84,6 +84,8 @@ type Session struct {
 	EndingAt time.Time `json:"ending_at,omitzero"`
 	// Revision is the record's revision in its store.
 	Revision uint64 `json:"-"`
+	// Created is set by the Touch that created the record.
+	Created bool `json:"-"`
 }
 
 // Ref is the session's name.
@@ -106,6 +108,9 @@ type SessionStore interface {
 	Remove(ctx context.Context, s Session) error
 	// Idle returns every session last used before before, claimed or not.
 	Idle(ctx context.Context, before time.Time) ([]Session, error)
+	// Count returns how many sessions of kind tenant has, claimed or not
+	// (a session being ended still holds its workspace).
+	Count(ctx context.Context, tenant string, kind SessionKind) (int, error)
 }
 
 // maxLiteral bounds a session name that its volume name holds as it is
@@ -243,7 +248,7 @@ func (k *KVSessions) Touch(ctx context.Context, ref SessionRef, now time.Time) (
 		s, err := k.get(ctx, key)
 		switch {
 		case errors.Is(err, ErrNoSession):
-			s = Session{Tenant: ref.Tenant, Name: ref.Name, Kind: ref.Kind, Volume: vol, CreatedAt: now, LastUsed: now}
+			s = Session{Tenant: ref.Tenant, Name: ref.Name, Kind: ref.Kind, Volume: vol, CreatedAt: now, LastUsed: now, Created: true}
 			s.Revision, err = k.kv.Create(ctx, key, mustJSON(s))
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // created meanwhile
@@ -363,6 +368,9 @@ func (k *KVSessions) Idle(ctx context.Context, before time.Time) ([]Session, err
 			if e == nil { // every current record was delivered
 				return idle, nil
 			}
+			if isLoginKey(e.Key()) {
+				continue // a dashboard login (login.go)
+			}
 			s, err := decodeSession(e)
 			if err != nil {
 				return nil, err
@@ -372,6 +380,42 @@ func (k *KVSessions) Idle(ctx context.Context, before time.Time) ([]Session, err
 			}
 		}
 	}
+}
+
+// Count implements SessionStore: it lists the keys of tenant (one
+// watch of the bucket's keys under "<tenant>.").
+func (k *KVSessions) Count(ctx context.Context, tenant string, kind SessionKind) (int, error) {
+	if err := job.CheckTenant(tenant); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrSessionName, err)
+	}
+	ctx, cancel := withStoreTimeout(ctx)
+	defer cancel()
+	kl, err := k.kv.ListKeysFiltered(ctx, tenant+".>")
+	if err != nil {
+		return 0, fmt.Errorf("gateway: count the sessions of %s: %w", tenant, err)
+	}
+	defer func() { _ = kl.Stop() }()
+	seen := map[string]bool{} // a listing may repeat a key
+	for key := range kl.Keys() {
+		if volumeKind(strings.TrimPrefix(key, tenant+".")) == kind {
+			seen[key] = true
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("gateway: count the sessions of %s: %w", tenant, ctx.Err())
+	}
+	return len(seen), nil
+}
+
+// volumeKind is the kind of a session's volume name (SessionVolume).
+func volumeKind(vol string) SessionKind {
+	switch {
+	case strings.HasPrefix(vol, "sess-h-"), strings.HasPrefix(vol, "sess-hx-"):
+		return SessionHTTP
+	case strings.HasPrefix(vol, "sess-m-"), strings.HasPrefix(vol, "sess-mx-"):
+		return SessionMCP
+	}
+	return ""
 }
 
 func mustJSON(s Session) []byte {
@@ -385,9 +429,10 @@ func mustJSON(s Session) []byte {
 // MemSessions is a SessionStore in memory, for one process: `paddock mcp`
 // over stdio, where one process is one session, ended when it exits.
 type MemSessions struct {
-	mu   sync.Mutex
-	rev  uint64
-	recs map[string]Session
+	mu     sync.Mutex
+	rev    uint64
+	recs   map[string]Session
+	logins map[string]Login // login.go
 }
 
 // NewMemSessions returns an empty MemSessions.
@@ -404,7 +449,7 @@ func (m *MemSessions) Touch(_ context.Context, ref SessionRef, now time.Time) (S
 	s, ok := m.recs[key]
 	switch {
 	case !ok:
-		s = Session{Tenant: ref.Tenant, Name: ref.Name, Kind: ref.Kind, Volume: vol, CreatedAt: now}
+		s = Session{Tenant: ref.Tenant, Name: ref.Name, Kind: ref.Kind, Volume: vol, CreatedAt: now, Created: true}
 	case !s.EndingAt.IsZero():
 		return s, fmt.Errorf("%w: %s (%s) since %s", ErrSessionEnding, ref.Name, ref.Kind, s.EndingAt.Format(time.RFC3339))
 	}
@@ -415,7 +460,9 @@ func (m *MemSessions) Touch(_ context.Context, ref SessionRef, now time.Time) (S
 func (m *MemSessions) putLocked(key string, s Session) Session {
 	m.rev++
 	s.Revision = m.rev
-	m.recs[key] = s
+	stored := s
+	stored.Created = false // the flag is the creating Touch's answer, not the record's
+	m.recs[key] = stored
 	return s
 }
 
@@ -485,6 +532,19 @@ func (m *MemSessions) Idle(_ context.Context, before time.Time) ([]Session, erro
 	return idle, nil
 }
 
+// Count implements SessionStore.
+func (m *MemSessions) Count(_ context.Context, tenant string, kind SessionKind) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.recs {
+		if s.Tenant == tenant && s.Kind == kind {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // sessions is the Gateway's session state: the sweeper, the MCP sessions
 // it watches, and test knobs. The zero value is ready.
 type sessions struct {
@@ -535,9 +595,41 @@ func (g *Gateway) keepAlive(tenant, sid string) {
 	})
 }
 
-// touch creates or refreshes the session of ref.
+// touch creates or refreshes the session of ref. A named session it
+// creates counts against its tenant's MaxNamedSessions: the record is
+// created first, then the tenant's named sessions counted, and the new
+// record removed again when they are over the cap (of two gateways racing
+// for the last slot, both may refuse; neither lets the tenant past it).
 func (g *Gateway) touch(ctx context.Context, ref SessionRef) (Session, error) {
-	return g.cfg.Sessions.Touch(ctx, ref, g.now())
+	s, err := g.cfg.Sessions.Touch(ctx, ref, g.now())
+	if err != nil || !s.Created || ref.Kind != SessionHTTP {
+		return s, err
+	}
+	n, err := g.cfg.Sessions.Count(ctx, ref.Tenant, SessionHTTP)
+	if err == nil && n <= g.cfg.MaxNamedSessions {
+		return s, nil
+	}
+	if rerr := g.cfg.Sessions.Remove(ctx, s); rerr != nil {
+		g.log.Warn("remove a session refused by the cap; the idle sweep ends it", "tenant", ref.Tenant, "session", ref.Name, "err", rerr)
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	return Session{}, &SessionCapError{Tenant: ref.Tenant, Cap: g.cfg.MaxNamedSessions, Idle: g.cfg.SessionIdleTTL}
+}
+
+// SessionCapError is a named session refused because its tenant holds
+// Cap of them already (Config.MaxNamedSessions).
+type SessionCapError struct {
+	Tenant string
+	Cap    int
+	// Idle is when an unused session ends by itself (SessionIdleTTL).
+	Idle time.Duration
+}
+
+func (e *SessionCapError) Error() string {
+	return fmt.Sprintf("tenant %s holds %d named sessions, its cap (MaxNamedSessions, --gateway-max-named-sessions): "+
+		"end one with DELETE /v1/sessions/NAME or reuse one; an unused one ends after %s", e.Tenant, e.Cap, e.Idle)
 }
 
 // sessionVolume is the workspace of tenant id's HTTP session name, created

@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -21,18 +20,20 @@ import (
 // modules under ui/, embedded in the binary and served at / and /ui/…. It
 // is a client of the /v1 API like any other; the only thing it adds is a
 // login: a browser's EventSource cannot send an Authorization header, so
-// POST /ui/login checks a tenant token once and keeps it in an HttpOnly,
-// SameSite=Strict cookie, which the /v1 middleware (authenticate) then
+// POST /ui/login checks a tenant token once and gives the browser an
+// HttpOnly, SameSite=Strict cookie naming a login, which the /v1 middleware (authenticate) then
 // takes in place of the header. Every request made with that cookie but a
 // GET or HEAD must also carry the header X-Paddock-CSRF: 1, which a form
-// or an image of another site cannot send. The token itself is what the
-// cookie holds, so a revoked token logs its browsers out at once.
+// or an image of another site cannot send. The cookie holds only the id
+// of a login kept server-side (login.go), which logout deletes and which
+// expires; the login's token is checked again on every request, so a
+// revoked token logs its browsers out at once.
 
 //go:embed ui
 var uiFiles embed.FS
 
 const (
-	// sessionCookie holds a dashboard login's bearer token.
+	// sessionCookie holds a dashboard login's id (login.go).
 	sessionCookie = "paddock_session"
 	// csrfHeader must be on every non-GET request made with the cookie.
 	csrfHeader = "X-Paddock-CSRF"
@@ -117,18 +118,11 @@ type sessionInfo struct {
 	Message string `json:"message,omitempty"`
 }
 
-// uiLogin is POST /ui/login: check the token, set the session cookie.
+// uiLogin is POST /ui/login: check the token, create a login and set its
+// cookie.
 func (g *Gateway) uiLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(csrfHeader) != "1" {
 		writeError(w, csrfRefusal(r))
-		return
-	}
-	// Logins are rate limited per client address like a token's requests
-	// (a token has 256 random bits; this only keeps guessing cheap to refuse).
-	host, _, _ := net.SplitHostPort(r.RemoteAddr)
-	if ok, wait := g.lim.allow("ui-login:"+host, time.Now()); !ok {
-		writeError(w, &apiError{Status: http.StatusTooManyRequests, Code: codeRateLimited, RetryAfter: wait,
-			Message: "too many logins from this address: retry after the Retry-After seconds"})
 		return
 	}
 	var req loginRequest
@@ -143,29 +137,49 @@ func (g *Gateway) uiLogin(w http.ResponseWriter, r *http.Request) {
 			Message: "paste a tenant token to log in (the operator issues them: paddock tenant token NAME; they start with pdk_)"})
 		return
 	}
-	id, aerr := g.checkToken(r, token)
+	// The guard (guard.go) limits failed logins per client address, like
+	// any other credential.
+	id, aerr := g.checkUI(r, credential{value: token})
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: token, Path: "/", MaxAge: int(sessionMaxAge / time.Second),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	lid, err := g.login(r.Context(), id, token)
+	if err != nil {
+		g.log.Warn("dashboard login: the login store failed", "err", err)
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, RetryAfter: 5 * time.Second, Err: err,
+			Message: "the gateway cannot store logins right now; retry shortly"})
+		return
+	}
+	http.SetCookie(w, g.cookie(r, lid, int(sessionMaxAge/time.Second)))
 	g.log.Info("dashboard login", "tenant", id.Tenant, "token", id.TokenID)
 	_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID})
 }
 
-// uiLogout is POST /ui/logout: clear the session cookie.
+// uiLogout is POST /ui/logout: delete the login (its id no longer works,
+// wherever a copy of the cookie is) and clear the cookie.
 func (g *Gateway) uiLogout(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(csrfHeader) != "1" {
 		writeError(w, csrfRefusal(r))
 		return
 	}
-	clearSession(w, r)
+	if c, err := r.Cookie(sessionCookie); err == nil && wellFormedLoginID(c.Value) {
+		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
+		defer cancel()
+		g.guard.forget(c.Value)
+		if err := g.cfg.Logins.DeleteLogin(ctx, loginKey(c.Value)); err != nil {
+			g.log.Warn("dashboard logout: the login store failed", "err", err)
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, RetryAfter: 5 * time.Second, Err: err,
+				Message: "the gateway could not end the login right now; retry shortly"})
+			return
+		}
+	}
+	g.clearSession(w, r)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // uiSession is GET /ui/session: who the cookie logs in as; an empty
-// tenant when nobody is logged in or the token no longer works (then the
+// tenant when nobody is logged in or the login no longer works (then the
 // cookie is cleared). The dashboard asks on load, so this is a 200 either
 // way, not a 401 the browser would log as an error.
 func (g *Gateway) uiSession(w http.ResponseWriter, r *http.Request) {
@@ -174,43 +188,55 @@ func (g *Gateway) uiSession(w http.ResponseWriter, r *http.Request) {
 		_ = writeJSON(w, http.StatusOK, sessionInfo{})
 		return
 	}
-	id, aerr := g.checkToken(r, c.Value)
+	id, aerr := g.checkUI(r, credential{value: c.Value, cookie: true})
 	switch {
 	case aerr == nil:
 		_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID})
 	case aerr.Status == http.StatusUnauthorized:
-		clearSession(w, r)
+		g.clearSession(w, r)
 		_ = writeJSON(w, http.StatusOK, sessionInfo{Message: "your login ended (" + aerr.Message + ")"})
 	default:
 		writeError(w, aerr)
 	}
 }
 
-// checkToken authenticates token: a 401 apiError when it is bad, a 503 when
-// the token store failed.
-func (g *Gateway) checkToken(r *http.Request, token string) (Identity, *apiError) {
-	ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
-	defer cancel()
-	id, err := g.cfg.Auth.Authenticate(ctx, token)
+// checkUI authenticates cred for the dashboard: a 401 apiError when it is
+// bad, 429 when its address is over its failures, 503 when a store failed.
+func (g *Gateway) checkUI(r *http.Request, cred credential) (Identity, *apiError) {
+	id, err := g.check(r, cred)
+	var aerr *apiError
 	switch {
+	case errors.As(err, &aerr):
+		return Identity{}, aerr
+	case errors.Is(err, ErrUnauthorized) && cred.cookie:
+		return Identity{}, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Err: err,
+			Message: "logged out, expired, or its token was revoked: log in again"}
 	case errors.Is(err, ErrUnauthorized):
 		return Identity{}, &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Err: err,
 			Message: "that token is unknown, malformed or revoked: paste a token the operator issued " +
 				"(paddock tenant token NAME; it starts with pdk_)"}
 	case err != nil:
-		g.log.Warn("dashboard login: the token store failed", "err", err)
+		g.log.Warn("dashboard: the token or login store failed", "err", err)
 		return Identity{}, &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, RetryAfter: 5 * time.Second, Err: err,
 			Message: "the gateway cannot check tokens right now (its token store failed); retry shortly"}
 	}
 	return id, nil
 }
 
-func clearSession(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+// cookie is the login cookie of value: HttpOnly, SameSite=Strict, and
+// Secure unless the operator said the gateway is served over plain HTTP on
+// loopback (Config.InsecureCookies) and the request did not come over TLS.
+func (g *Gateway) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	secure := !g.cfg.InsecureCookies || forwardedHTTPS(r, g.cfg.TrustedProxies)
+	return &http.Cookie{Name: sessionCookie, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode}
 }
 
-// sessionToken is the token of r's session cookie, for the /v1
+func (g *Gateway) clearSession(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, g.cookie(r, "", -1))
+}
+
+// sessionToken is the login id of r's session cookie, for the /v1
 // middleware: ok when there is one. A request other than GET or HEAD made
 // with the cookie needs the CSRF header; without it sessionToken answers
 // 403 itself (answered).

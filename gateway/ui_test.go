@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,9 +68,10 @@ const cookieHeader = "Cookie"
 
 // A login checks the token with the Authenticator: a bad one is refused
 // with a message saying what to paste; a good one sets an HttpOnly,
-// SameSite=Strict, Path=/ cookie (Secure over TLS). A login without the
-// CSRF header is refused (a page of another site cannot log a browser in
-// as its own tenant).
+// SameSite=Strict, Path=/ cookie holding a login id, never the token,
+// Secure unless the operator said the gateway is plain HTTP on loopback.
+// A login without the CSRF header is refused (a page of another site
+// cannot log a browser in as its own tenant).
 func TestUILogin(t *testing.T) {
 	t.Parallel()
 	c := newUIClient(t, serveTest(t, bareGateway(t, nil).Handler()), nil)
@@ -96,19 +98,43 @@ func TestUILogin(t *testing.T) {
 	assert.JSONEq(t, `{"tenant":"dev","token_id":"dev-id"}`, body)
 	ck := sessionCookieOf(resp)
 	require.NotNil(t, ck)
-	assert.Equal(t, devToken, ck.Value)
-	assert.True(t, ck.HttpOnly, "scripts cannot read the token")
+	assert.NotContains(t, ck.Value, devToken, "the cookie holds a login id, not the token")
+	assert.True(t, wellFormedLoginID(ck.Value))
+	assert.True(t, ck.HttpOnly, "scripts cannot read the cookie")
 	assert.Equal(t, http.SameSiteStrictMode, ck.SameSite)
 	assert.Equal(t, "/", ck.Path)
-	assert.False(t, ck.Secure, "plain HTTP: a Secure cookie would never come back")
+	assert.True(t, ck.Secure, "Secure unless the operator said plain HTTP on loopback")
 	assert.Positive(t, ck.MaxAge)
 
-	tls := httptest.NewTLSServer(bareGateway(t, nil).Handler())
+	plain := newUIClient(t, serveTest(t, bareGateway(t, func(c *Config) { c.InsecureCookies = true }).Handler()), nil)
+	resp, body = plain.do(http.MethodPost, "/ui/login", `{"token":"`+devToken+`"}`, csrfHeader, "1")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.False(t, sessionCookieOf(resp).Secure, "InsecureCookies: plain HTTP on loopback")
+
+	tls := httptest.NewTLSServer(bareGateway(t, func(c *Config) { c.InsecureCookies = true }).Handler())
 	t.Cleanup(tls.Close)
 	resp, body = newUIClient(t, tls.URL, tls.Client()).do(http.MethodPost, "/ui/login", `{"token":"`+devToken+`"}`, csrfHeader, "1")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.NotNil(t, sessionCookieOf(resp))
-	assert.True(t, sessionCookieOf(resp).Secure, "over TLS the cookie is Secure")
+	assert.True(t, sessionCookieOf(resp).Secure, "over TLS the cookie is Secure whatever the setting")
+
+	proxied := newUIClient(t, serveTest(t, bareGateway(t, func(c *Config) {
+		c.InsecureCookies = true
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}).Handler()), nil)
+	resp, body = proxied.do(http.MethodPost, "/ui/login", `{"token":"`+devToken+`"}`, csrfHeader, "1", "X-Forwarded-Proto", "https")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.True(t, sessionCookieOf(resp).Secure, "a trusted proxy that ended TLS")
+}
+
+// login logs c in as token and returns the cookie header's value.
+func (c *uiClient) login(token string) string {
+	c.t.Helper()
+	resp, body := c.do(http.MethodPost, "/ui/login", `{"token":"`+token+`"}`, csrfHeader, "1")
+	require.Equal(c.t, http.StatusOK, resp.StatusCode, body)
+	ck := sessionCookieOf(resp)
+	require.NotNil(c.t, ck)
+	return sessionCookie + "=" + ck.Value
 }
 
 // The /v1 middleware takes the session cookie in place of the bearer
@@ -117,7 +143,7 @@ func TestUILogin(t *testing.T) {
 func TestUICookieAuthAndCSRF(t *testing.T) {
 	t.Parallel()
 	c := newUIClient(t, serveTest(t, bareGateway(t, nil).Handler()), nil)
-	good := sessionCookie + "=" + devToken
+	good := c.login(devToken)
 
 	// The cookie authenticates: the request gets past auth to the (absent)
 	// fleet of tenant dev, 503, not 401.
@@ -138,8 +164,10 @@ func TestUICookieAuthAndCSRF(t *testing.T) {
 	resp, _ = c.do(http.MethodDelete, "/v1/jobs/j1", "", "Authorization", "Bearer "+devToken)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 
-	resp, _ = c.do(http.MethodGet, "/v1/jobs/j1", "", cookieHeader, sessionCookie+"=pdk_revoked")
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a bad cookie is a bad token")
+	resp, _ = c.do(http.MethodGet, "/v1/jobs/j1", "", cookieHeader, sessionCookie+"="+devToken)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the token itself is no login id")
+	resp, _ = c.do(http.MethodGet, "/v1/jobs/j1", "", cookieHeader, sessionCookie+"="+newLoginID())
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "an unknown login id")
 
 	_, body = c.do(http.MethodGet, "/ui/session", "")
 	assert.JSONEq(t, `{"tenant":"","token_id":""}`, body)
@@ -228,10 +256,12 @@ func TestUIAssetsAreSafe(t *testing.T) {
 	assert.GreaterOrEqual(t, n, 8, "the dashboard's files are embedded")
 }
 
-// Logins from one address are rate limited like a token's requests.
+// Failed logins from one address are limited like any failed credential
+// (guard.go): past the burst even a good token (never used from there)
+// waits.
 func TestUILoginRateLimit(t *testing.T) {
 	t.Parallel()
-	c := newUIClient(t, serveTest(t, bareGateway(t, func(c *Config) { c.Rate, c.Burst = 0.001, 2 }).Handler()), nil)
+	c := newUIClient(t, serveTest(t, bareGateway(t, func(c *Config) { c.AuthFailRate, c.AuthFailBurst = 0.001, 2 }).Handler()), nil)
 	for i := range 2 {
 		resp, body := c.do(http.MethodPost, "/ui/login", `{"token":"pdk_guess"}`, csrfHeader, "1")
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "login %d: %s", i, body)

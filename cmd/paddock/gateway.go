@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,10 +28,14 @@ import (
 // which runs one).
 type gatewayFlags struct {
 	addr, signingKey, heal    string
-	rate                      float64
+	rate, failRate            float64
 	burst, maxStreams, answer int
+	failBurst                 int
+	maxMCP, maxNamed          int
 	maxBody, sessionMaxBytes  int64
 	sessionIdle, mintTTL      time.Duration
+	trustedProxies            []string
+	insecureCookies           bool
 }
 
 func (f *gatewayFlags) register(fs *pflag.FlagSet) {
@@ -45,11 +50,48 @@ func (f *gatewayFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.sessionMaxBytes, "gateway-session-max-bytes", 256<<20, "byte quota of a session's workspace")
 	fs.DurationVar(&f.sessionIdle, "gateway-session-idle", 30*time.Minute, "a session unused this long ends and its workspace is deleted (longer than the 330 s a command may take)")
 	fs.DurationVar(&f.mintTTL, "gateway-identity-ttl", time.Hour, "lifetime of the NATS users the gateway mints per tenant (renewed on reconnect)")
+	fs.Float64Var(&f.failRate, "gateway-auth-fail-rate", 1, "failed credential checks per second allowed to one client address; past the burst, its credentials get 429 before any lookup")
+	fs.IntVar(&f.failBurst, "gateway-auth-fail-burst", 20, "burst of one client address's failed credential checks")
+	fs.StringSliceVar(&f.trustedProxies, "gateway-trusted-proxies", nil, "addresses or CIDRs of reverse proxies whose X-Forwarded-For (client address) and X-Forwarded-Proto are believed")
+	fs.BoolVar(&f.insecureCookies, "gateway-insecure-cookies", false, "the gateway is served over plain HTTP on loopback: the dashboard's cookie goes without Secure (needs a loopback --gateway-addr; paddock up sets it for its loopback gateway)")
+	fs.IntVar(&f.maxMCP, "gateway-max-mcp-sessions", 8, "MCP sessions one token may hold open on this gateway")
+	fs.IntVar(&f.maxNamed, "gateway-max-named-sessions", 16, "named sessions (?session=, \"session\") one tenant may hold")
 }
 
-func (f *gatewayFlags) config() gateway.Config {
-	return gateway.Config{Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxBodyBytes: f.maxBody,
-		HealMode: job.HealMode(f.heal), AnswerChars: f.answer, SessionIdleTTL: f.sessionIdle, SessionMaxBytes: f.sessionMaxBytes}
+func (f *gatewayFlags) config() (gateway.Config, error) {
+	cfg := gateway.Config{Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxBodyBytes: f.maxBody,
+		HealMode: job.HealMode(f.heal), AnswerChars: f.answer, SessionIdleTTL: f.sessionIdle, SessionMaxBytes: f.sessionMaxBytes,
+		AuthFailRate: f.failRate, AuthFailBurst: f.failBurst, MaxMCPSessions: f.maxMCP, MaxNamedSessions: f.maxNamed,
+		InsecureCookies: f.insecureCookies}
+	for _, p := range f.trustedProxies {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return cfg, fmt.Errorf("--gateway-trusted-proxies: %q is neither an address nor a CIDR", p)
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, pfx.Masked())
+	}
+	if f.insecureCookies && f.addr != "off" && !loopbackAddr(f.addr) {
+		return cfg, fmt.Errorf("--gateway-insecure-cookies: the gateway listens on %s, not on loopback: serve it over TLS (or behind a TLS proxy in --gateway-trusted-proxies) and leave the cookies Secure", f.addr)
+	}
+	return cfg, nil
+}
+
+// loopbackAddr reports whether a listen address host:port is on loopback
+// only (an empty host listens everywhere).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 func gatewayCmd(g *globals) *cobra.Command {
@@ -176,7 +218,10 @@ func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn,
 			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
 			Options: []nats.Option{minter.Option(t)}})
 	}, client.Config{Logger: log})
-	cfg := f.config()
+	cfg, err := f.config()
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg.Auth, cfg.Clients, cfg.Sessions, cfg.Logger = tokenAuth(toks), pool, sessions, log
 	dashboardHooks(ctx, g, js, &cfg, log) // dashboard.go: traces and the fleet view
 	gw, err := gateway.New(cfg)
@@ -230,7 +275,10 @@ docs/gateway.md.`,
 				return err
 			}
 			defer c.Close()
-			cfg := f.config()
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
 			cfg.Logger = g.logger
 			cfg.Auth = gateway.AuthFunc(func(context.Context, string) (gateway.Identity, error) {
 				return gateway.Identity{}, fmt.Errorf("%w: stdio has no tokens", gateway.ErrUnauthorized)
@@ -245,7 +293,8 @@ docs/gateway.md.`,
 		},
 	}
 	f.register(cmd.Flags())
-	for _, name := range []string{"gateway-addr", "gateway-signing-key", "gateway-rate", "gateway-burst", "gateway-max-streams", "gateway-max-body-bytes", "gateway-identity-ttl"} {
+	for _, name := range []string{"gateway-addr", "gateway-signing-key", "gateway-rate", "gateway-burst", "gateway-max-streams", "gateway-max-body-bytes", "gateway-identity-ttl",
+		"gateway-auth-fail-rate", "gateway-auth-fail-burst", "gateway-trusted-proxies", "gateway-insecure-cookies", "gateway-max-mcp-sessions", "gateway-max-named-sessions"} {
 		_ = cmd.Flags().MarkHidden(name)
 	}
 	return cmd
@@ -283,6 +332,12 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 	}
 	if f.gf.signingKey == "" {
 		f.gf.signingKey = f.auth.GatewayKey
+	}
+	// paddock up's gateway is the local stack's, on plain HTTP: on a
+	// loopback address it says so, and the dashboard's cookie goes without
+	// Secure (a browser would not send it back over http://127.0.0.1).
+	if loopbackAddr(f.gf.addr) {
+		f.gf.insecureCookies = true
 	}
 	stop, url, err := startGateway(ctx, g, &f.gf, f.auth.GatewayCreds, log)
 	if err != nil {

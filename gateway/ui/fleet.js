@@ -1,6 +1,8 @@
-// The fleet page (GET /v1/fleet): workers, queues with a chart of the last
-// hour, and the terminal reasons over time; and the queues page, the
-// queue part alone, larger. The page polls every 5 s.
+// The fleet page (GET /v1/fleet, as the tenant may see it): the workers
+// (anonymous) and the fleet's capacity, the tenant's own jobs by queue,
+// and its own terminal reasons over time; and the queues page, the queue
+// part alone, larger. No other tenant's numbers: queue depths and the
+// fleet's reasons are sums over everyone's jobs. The page polls every 5 s.
 import {api} from './api.js';
 import {fill, fmtMS, fmtTime, h, s, status} from './dom.js';
 
@@ -141,7 +143,7 @@ function throughput(reasons, w, ht) {
     return {time: b.time, processed: all, failed: all - (b.counts.ok || 0) - (b.counts.canceled || 0)};
   });
   return h('figure', {class: 'throughput'}, spark(hist, w, ht),
-    h('figcaption', {class: 'muted'}, 'jobs ended per 5 minutes over the last hour, all queues (red: failed)'));
+    h('figcaption', {class: 'muted'}, 'your jobs ended per 5 minutes over the last hour, all queues (red: failed)'));
 }
 
 const queueChart = {title: 'last hour', draw: (q) => (q.history ? spark(q.history) : null)};
@@ -149,18 +151,19 @@ const queueChart = {title: 'last hour', draw: (q) => (q.history ? spark(q.histor
 export function fleetPage(root) {
   return poller(root, (f) => [
     h('h1', {}, 'Fleet'),
-    h('section', {}, h('h2', {}, 'Workers'), table(f.workers, 'workers')),
-    f.servers ? h('section', {}, h('h2', {}, 'Worker processes (asynq servers)'), table(f.servers, 'servers')) : null,
-    h('section', {}, h('h2', {}, 'Queues'), table(f.queues, 'queues', (f.queues || []).some((q) => q.history) ? queueChart : null),
+    h('section', {}, h('h2', {}, 'Workers'), table(f.workers, 'workers'),
+      f.capacity ? table([f.capacity], 'capacity') : null),
+    h('section', {}, h('h2', {}, 'Your queues'), table(f.queues, 'queues', (f.queues || []).some((q) => q.history) ? queueChart : null),
       throughput(f.reasons, 480, 60)),
-    h('section', {}, h('h2', {}, 'Reasons over the last hour'), reasonsChart(f.reasons)),
+    h('section', {}, h('h2', {}, 'Your reasons over the last hour'), reasonsChart(f.reasons)),
+    f.partial ? h('p', {class: 'muted'}, 'Your counts stopped at the view\'s bound: they are lower bounds.') : null,
   ]);
 }
 
 export function queuesPage(root) {
   return poller(root, (f) => [
     h('h1', {}, 'Queues'),
-    h('p', {class: 'muted'}, 'Depth, latency and throughput of every asynq queue (fleet-wide numbers; no job of another tenant is named).'),
+    h('p', {class: 'muted'}, 'Your jobs in each queue: queued and running now, ended and failed within the hour (another tenant\'s jobs are not counted).'),
     (f.queues || []).length ? (f.queues || []).map((q) => h('section', {class: 'queue', 'data-queue': q.name},
       h('h2', {}, q.name || '?'), table([q], null), q.history ? spark(q.history, 720, 90) : null)) : h('p', {class: 'muted'}, 'no queue'),
     h('section', {}, h('h2', {}, 'Throughput'), throughput(f.reasons, 720, 90)),

@@ -138,6 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 // safe for concurrent use: one Serve per running job.
 type Broker struct {
 	cfg     Config
+	rates   *rates
 	policy  atomic.Pointer[Policy]
 	secrets Secrets
 	client  *http.Client
@@ -162,7 +163,7 @@ func New(policy *Policy, secrets Secrets, cfg Config) (*Broker, error) {
 	client := *cfg.HTTPClient
 	client.Jar = nil
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	b := &Broker{cfg: cfg, secrets: secrets, client: &client, signer: newSigner(cfg.SigningKey, cfg.Issuer)}
+	b := &Broker{cfg: cfg, secrets: secrets, client: &client, signer: newSigner(cfg.SigningKey, cfg.Issuer), rates: newRates()}
 	b.policy.Store(policy)
 	var errs [2]error
 	b.calls, errs[0] = cfg.Meter.Int64Counter(MetricCalls, metric.WithUnit("{call}"),
@@ -296,11 +297,10 @@ type session struct {
 	log      *slog.Logger
 	inflight chan struct{}
 
-	mu       sync.Mutex
-	ended    bool
-	active   sync.WaitGroup // calls admitted before the end
-	conns    sync.WaitGroup // connections not yet closed
-	limiters map[string]*rate.Limiter
+	mu     sync.Mutex
+	ended  bool
+	active sync.WaitGroup // calls admitted before the end
+	conns  sync.WaitGroup // connections not yet closed
 
 	logLimit   *rate.Limiter // refusals logged per second
 	suppressed atomic.Int64
@@ -311,7 +311,6 @@ func (b *Broker) newSession(j JobInfo) *session {
 		b: b, j: j,
 		log:      b.cfg.Logger.With(job.AttrJobID, j.ID, job.AttrTenant, j.Tenant),
 		inflight: make(chan struct{}, b.cfg.MaxInFlight),
-		limiters: map[string]*rate.Limiter{},
 		logLimit: rate.NewLimiter(5, 20),
 	}
 }
@@ -343,22 +342,6 @@ func (s *session) end() {
 	s.mu.Lock()
 	s.ended = true
 	s.mu.Unlock()
-}
-
-// limiter is the job's rate limiter of g.
-func (s *session) limiter(g *grant) *rate.Limiter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.limiters[g.name]
-	switch {
-	case l == nil:
-		l = rate.NewLimiter(g.rate, g.burst)
-		s.limiters[g.name] = l
-	case l.Limit() != g.rate || l.Burst() != g.burst: // the policy changed
-		l.SetLimit(g.rate)
-		l.SetBurst(g.burst)
-	}
-	return l
 }
 
 func (s *session) flushSuppressed() {

@@ -29,7 +29,7 @@ const (
 	MaxBodyBytes            = 64 << 20 // the largest max_request_bytes or max_response_bytes
 	DefaultTimeout          = 30 * time.Second
 	MaxTimeout              = 10 * time.Minute
-	DefaultRate             = 10 // requests per second, per job and grant
+	DefaultRate             = 10 // requests per second, per grant and tenant (rates.go)
 	DefaultBurst            = 20
 	DefaultTokenTTL         = 5 * time.Minute
 	MaxTokenTTL             = time.Hour

@@ -214,15 +214,21 @@ func checkRedacted(t *testing.T, r *redactor, in, out []byte) {
 	}
 }
 
+// streamSeeds are bodies with secrets in every form the redactor knows,
+// whole and cut, at the edges and inside.
 func streamSeeds() []string {
 	c := streamSecrets[0]
-	return []string{
-		"", c, "x" + c + "y", c + c, "Bearer " + c, "key: " + c[:12], c[9:] + " rest", c[5:15],
-		`{"auth":"` + jsonEscape(c, true) + `"}`, strings.ToUpper(c), hex.EncodeToString([]byte(c)),
-		base64.StdEncoding.EncodeToString([]byte("x" + c)), base64.URLEncoding.EncodeToString([]byte("xy" + c + "z")),
-		"abcabcabcabcabcab", "zabcabcabca", "bcabcabcab!", "eyJhbGciOi.x_Y-z" + c, strings.Repeat("a", 100),
-		"[REDACTED]" + c[:8],
+	var forms []string
+	for _, f := range streamRedactor().forms {
+		forms = append(forms, "<"+string(f)+">", string(f)+" tail", "head "+string(f), string(f[1:]), string(f[:len(f)-1]))
 	}
+	return append(forms,
+		"", c, "x"+c+"y", c+c, "Bearer "+c, "key: "+c[:12], c[9:]+" rest", c[5:15],
+		`{"auth":"`+jsonEscape(c, true)+`"}`, strings.ToUpper(c), hex.EncodeToString([]byte(c)),
+		base64.StdEncoding.EncodeToString([]byte("x"+c)), base64.URLEncoding.EncodeToString([]byte("xy"+c+"z")),
+		"abcabcabcabcabcab", "zabcabcabca", "bcabcabcab!", "eyJhbGciOi.x_Y-z"+c, strings.Repeat("a", 100),
+		"[REDACTED]"+c[:8],
+	)
 }
 
 // TestStreamEverySplit: every input of the seeds, cut once or twice at

@@ -223,9 +223,8 @@ func (s *stream) Close() error {
 func (s *stream) flush(final bool) {
 	limit := len(s.buf)
 	if !final {
-		if !s.started && len(s.buf) < s.r.maxLen {
-			return
-		}
+		// A span starting before limit ends within buf. Before the first
+		// flush buf holds at least maxLen bytes, so the start edge is known.
 		limit = len(s.buf) - (s.r.maxLen - 1)
 		if limit <= 0 {
 			return

@@ -253,6 +253,39 @@ func TestStreamEverySplit(t *testing.T) {
 	assert.Equal(t, 1, n)
 }
 
+// TestRedactWhole: what one answer becomes, and how many redactions it
+// counts.
+func TestRedactWhole(t *testing.T) {
+	t.Parallel()
+	r := streamRedactor()
+	c := streamSecrets[0]
+	for _, tc := range []struct {
+		in, want string
+		n        int
+	}{
+		{"nothing here", "nothing here", 0},
+		{c, "[REDACTED]", 1},
+		{"a " + c + " b " + c, "a [REDACTED] b [REDACTED]", 2},
+		{"Authorization: Bearer " + c + ".", "Authorization: [REDACTED].", 1},
+		{c + c, "[REDACTED]", 1},                         // touching spans are one
+		{"abcabcabcabcabcab!", "[REDACTED]!", 1},         // overlapping occurrences of a self-overlapping secret
+		{"x " + strings.ToUpper(c), "x [REDACTED]", 1},   // any ASCII case
+		{c[9:] + " and more", "[REDACTED] and more", 1},  // the end of a secret at the start
+		{"up to " + c[:9], "up to [REDACTED]", 1},        // its start at the end
+		{c[5:9], "[REDACTED]", 1},                        // a slice of its middle, alone
+		{"up to " + c[:3], "up to " + c[:3], 0},          // below MinPiece
+		{c[5:9] + " x", c[5:9] + " x", 0},                // a middle piece inside other text is not an edge
+		{hex.EncodeToString([]byte(c)), "[REDACTED]", 1}, // hex
+		// base64 inside a longer encoding: the groups that mix a secret's
+		// first or last 1-2 bytes with its neighbours' stay ("u:c", "zz").
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+c)), "Basic dTpj[REDACTED]eno=", 1},
+	} {
+		got, n := r.bytes([]byte(tc.in))
+		assert.Equal(t, tc.want, string(got), tc.in)
+		assert.Equal(t, tc.n, n, tc.in)
+	}
+}
+
 // FuzzStream: for any body and any cutting of it into writes, the stream's
 // output holds no form of a secret and equals the whole body's redaction.
 func FuzzStream(f *testing.F) {

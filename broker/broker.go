@@ -79,6 +79,10 @@ type Config struct {
 	// MaxConns bounds a job's open connections to its socket; further
 	// connections wait for one to close. Default 16.
 	MaxConns int
+	// Limiter holds the grants' rate buckets, one per grant and tenant.
+	// Default: buckets in this process, so each worker of a fleet allows a
+	// tenant the grant's whole rate; a RedisLimiter shares them fleet-wide.
+	Limiter Limiter
 	// Now, default time.Now.
 	Now func() time.Time
 }
@@ -131,6 +135,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Limiter == nil {
+		c.Limiter = newLocalLimiter(c.Now)
+	}
 	return c, nil
 }
 
@@ -138,7 +145,6 @@ func (c Config) withDefaults() (Config, error) {
 // safe for concurrent use: one Serve per running job.
 type Broker struct {
 	cfg     Config
-	rates   *rates
 	policy  atomic.Pointer[Policy]
 	secrets Secrets
 	client  *http.Client
@@ -163,7 +169,7 @@ func New(policy *Policy, secrets Secrets, cfg Config) (*Broker, error) {
 	client := *cfg.HTTPClient
 	client.Jar = nil
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	b := &Broker{cfg: cfg, secrets: secrets, client: &client, signer: newSigner(cfg.SigningKey, cfg.Issuer), rates: newRates()}
+	b := &Broker{cfg: cfg, secrets: secrets, client: &client, signer: newSigner(cfg.SigningKey, cfg.Issuer)}
 	b.policy.Store(policy)
 	var errs [2]error
 	b.calls, errs[0] = cfg.Meter.Int64Counter(MetricCalls, metric.WithUnit("{call}"),

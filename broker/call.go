@@ -65,11 +65,8 @@ func (s *session) call(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if ref != nil {
 		return ref
 	}
-	if !s.b.rates.limiter(g, s.j.Tenant).AllowN(s.b.cfg.Now(), 1) {
-		wait := max(1, int(math.Ceil(1/float64(g.rate))))
-		w.Header().Set("Retry-After", strconv.Itoa(wait))
-		return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf(
-			"grant %s: over its rate of %g calls/s (burst %d) for tenant %s: retry after %ds", g.name, float64(g.rate), g.burst, s.j.Tenant, wait))
+	if ref := s.allow(ctx, w, g); ref != nil {
+		return ref
 	}
 	select {
 	case s.inflight <- struct{}{}:
@@ -84,6 +81,25 @@ func (s *session) call(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	c.BytesIn = int64(len(body))
 	return s.forward(ctx, w, r, g, t, body, c)
+}
+
+// allow takes a call from the rate of g for the job's tenant, shared by
+// all the tenant's jobs (Limiter).
+func (s *session) allow(ctx context.Context, w http.ResponseWriter, g *grant) *refusal {
+	ok, wait, err := s.b.cfg.Limiter.Allow(ctx, g.name+"/"+s.j.Tenant, g.rate, g.burst)
+	if err != nil {
+		s.logRefusal(slog.LevelWarn, "broker: the rate limiter failed: calls are refused until it answers", "grant", g.name, "error", err.Error())
+		w.Header().Set("Retry-After", "1")
+		return refuse(http.StatusServiceUnavailable, RuleRate, fmt.Sprintf(
+			"grant %s: the broker cannot check the grant's rate right now: retry later", g.name))
+	}
+	if !ok {
+		secs := max(1, int(math.Ceil(wait.Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf(
+			"grant %s: over its rate of %g calls/s (burst %d) for tenant %s: retry after %ds", g.name, float64(g.rate), g.burst, s.j.Tenant, secs))
+	}
+	return nil
 }
 
 // admit finds the grant r names and checks it against the policy, the job

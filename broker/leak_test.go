@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -110,7 +111,7 @@ func echoHeaders(w http.ResponseWriter, _ *http.Request, auth string) {
 
 // echoForms gives the credential back transformed: base64 (both alphabets,
 // each alignment, alone and inside a longer encoded text), hex in both
-// cases, upper and lower case, JSON- and URL-escaped.
+// cases, upper and lower case, JSON-, URL- and HTML-escaped.
 func echoForms(w http.ResponseWriter, _ *http.Request, auth string) {
 	tok := strings.TrimPrefix(auth, "Bearer ")
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding} {
@@ -124,6 +125,7 @@ func echoForms(w http.ResponseWriter, _ *http.Request, auth string) {
 	fmt.Fprintf(w, "hex=%s HEX=%s\n", hex.EncodeToString([]byte(tok)), strings.ToUpper(hex.EncodeToString([]byte(tok))))
 	fmt.Fprintf(w, "upper=%s lower=%s\n", strings.ToUpper(tok), strings.ToLower(tok))
 	fmt.Fprintf(w, "json=%s url=%s path=%s\n", jsonHTMLEscaped(tok), url.QueryEscape(tok), url.PathEscape(tok))
+	fmt.Fprintf(w, "<p>invalid token: %s</p>\n", html.EscapeString(tok))
 }
 
 // leakForms are the ways the canary could be recognised in what the box
@@ -132,7 +134,7 @@ func echoForms(w http.ResponseWriter, _ *http.Request, auth string) {
 // alphabet) that depends on it alone at each alignment.
 func leakForms() []string {
 	forms := []string{canary, strings.ToLower(canary), strings.ToUpper(canary), jsonHTMLEscaped(canary),
-		urlQueryEscaped(canary), url.PathEscape(canary), hex.EncodeToString([]byte(canary))}
+		html.EscapeString(canary), urlQueryEscaped(canary), url.PathEscape(canary), hex.EncodeToString([]byte(canary))}
 	for n := broker.MinPiece; n < len(canary); n++ {
 		for i := 0; i+n <= len(canary); i++ {
 			forms = append(forms, canary[i:i+n])
@@ -328,6 +330,6 @@ func TestTransformedSecretRedacted(t *testing.T) {
 	l := &leaks{t: t}
 	a := l.add(bx.do("GET", "http://svc/forms", ""))
 	require.Equal(t, http.StatusOK, a.Status, a.Body)
-	assert.Equal(t, 37, strings.Count(a.Body, broker.Redacted), a.Body)
+	assert.Equal(t, 38, strings.Count(a.Body, broker.Redacted), a.Body)
 	l.check()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"html"
 	"io"
 	"net/url"
 	"slices"
@@ -25,8 +26,9 @@ const MinPiece = 4
 // produces, without regard to ASCII case (a lower- or upper-cased echo, hex
 // in either case, %2f or %2F):
 //
-//   - the value itself, JSON-escaped (with and without HTML escaping) and
-//     URL-escaped (query and path);
+//   - the value itself, JSON-escaped (with and without HTML escaping),
+//     HTML-escaped (an error page quoting it) and URL-escaped (query and
+//     path);
 //   - hex;
 //   - base64 (standard and URL alphabets): the part of the encoding that
 //     depends on the secret alone, at each of the 3 alignments it can have
@@ -37,7 +39,7 @@ const MinPiece = 4
 //     MinPiece bytes (see stream).
 //
 // The rendered header values of the call ("Bearer <secret>") are looked for
-// whole (as they are, JSON- and URL-escaped), so that an echo of the header
+// whole (as they are, JSON-, HTML- and URL-escaped), so that an echo of the header
 // is replaced as one; they have no edge pieces (their literal text would
 // match ordinary words). A secret hashed, encrypted, split by the upstream
 // into fields, or cut into pieces below MinPiece is not found:
@@ -91,9 +93,9 @@ func newRedactor(secrets, rendered []string) *redactor {
 	return r
 }
 
-// textForms are v as it is, JSON-escaped and URL-escaped.
+// textForms are v as it is, JSON-, HTML- and URL-escaped.
 func textForms(v string) []string {
-	return []string{v, jsonEscape(v, true), jsonEscape(v, false), url.QueryEscape(v), url.PathEscape(v)}
+	return []string{v, jsonEscape(v, true), jsonEscape(v, false), html.EscapeString(v), url.QueryEscape(v), url.PathEscape(v)}
 }
 
 // secretForms are textForms, hex, and the base64 cores of v.

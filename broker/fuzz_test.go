@@ -267,14 +267,13 @@ func TestRedactWhole(t *testing.T) {
 		{c, "[REDACTED]", 1},
 		{"a " + c + " b " + c, "a [REDACTED] b [REDACTED]", 2},
 		{"Authorization: Bearer " + c + ".", "Authorization: [REDACTED].", 1},
-		{c + c, "[REDACTED]", 1},                         // touching spans are one
-		{"abcabcabcabcabcab!", "[REDACTED]!", 1},         // overlapping occurrences of a self-overlapping secret
-		{"x " + strings.ToUpper(c), "x [REDACTED]", 1},   // any ASCII case
-		{c[9:] + " and more", "[REDACTED] and more", 1},  // the end of a secret at the start
-		{"up to " + c[:9], "up to [REDACTED]", 1},        // its start at the end
-		{c[5:9], "[REDACTED]", 1},                        // a slice of its middle, alone
-		{"up to " + c[:3], "up to " + c[:3], 0},          // below MinPiece
-		{c[5:9] + " x", c[5:9] + " x", 0},                // a middle piece inside other text is not an edge
+		{c + c, "[REDACTED]", 1},                       // touching spans are one
+		{"abcabcabcabcabcab!", "[REDACTED]!", 1},       // overlapping occurrences of a self-overlapping secret
+		{"x " + strings.ToUpper(c), "x [REDACTED]", 1}, // any ASCII case
+		// never a piece: it would make an echo of the job's input an oracle
+		{c[9:] + " and more", c[9:] + " and more", 0},
+		{"up to " + c[:len(c)-1], "up to " + c[:len(c)-1], 0},
+		{c[5:9], c[5:9], 0},
 		{hex.EncodeToString([]byte(c)), "[REDACTED]", 1}, // hex
 		// base64 inside a longer encoding: the groups that mix a secret's
 		// first or last 1-2 bytes with its neighbours' stay ("u:c", "zz").

@@ -69,6 +69,10 @@ var leakRoutes = map[string]func(w http.ResponseWriter, r *http.Request, auth st
 		tok := strings.TrimPrefix(auth, "Bearer ")
 		_, _ = io.WriteString(w, map[string]string{"start": tok + "\ntail", "end": "head\n" + tok, "only": tok}[r.URL.Query().Get("where")])
 	},
+	// The job's own query parameter, echoed (an error message quoting it).
+	"/echoq": func(w http.ResponseWriter, r *http.Request, _ string) {
+		_, _ = io.WriteString(w, "you asked for: "+r.URL.Query().Get("q"))
+	},
 	"/headers": echoHeaders,
 	"/forms":   echoForms,
 }
@@ -89,8 +93,8 @@ func slice(r *http.Request, res string) (string, int, int) {
 
 // echoHeaders gives the credential back in every header it can: plain,
 // as a cookie, a redirect, a challenge, a link, a header name (hex, since a
-// header name cannot hold the canary's '/'), a piece of it at the end of a
-// value, and in a trailer.
+// header name cannot hold the canary's '/'), upper-cased, and in a
+// trailer.
 func echoHeaders(w http.ResponseWriter, _ *http.Request, auth string) {
 	tok := strings.TrimPrefix(auth, "Bearer ")
 	h := w.Header()
@@ -101,7 +105,6 @@ func echoHeaders(w http.ResponseWriter, _ *http.Request, auth string) {
 	h.Set("Www-Authenticate", `Bearer error="invalid_token", token="`+tok+`"`)
 	h.Set("Link", "<https://x.example/?k="+url.QueryEscape(tok)+`>; rel="next"`)
 	h.Set("X-"+hex.EncodeToString([]byte(tok)), "1")
-	h.Set("X-Piece", "starts "+tok[:12])
 	h.Set("X-Upper", strings.ToUpper(tok))
 	h.Set("X-Safe", "kept")
 	w.WriteHeader(http.StatusFound)
@@ -128,14 +131,17 @@ func echoForms(w http.ResponseWriter, _ *http.Request, auth string) {
 	fmt.Fprintf(w, "<p>invalid token: %s</p>\n", html.EscapeString(tok))
 }
 
+// minPiece is the shortest piece of the canary the leak checks look for.
+const minPiece = 4
+
 // leakForms are the ways the canary could be recognised in what the box
-// got: whole, in any case, every piece of at least broker.MinPiece bytes,
+// got: whole, in any case, every piece of at least minPiece bytes,
 // hex, JSON- and URL-escaped, and the part of its base64 encoding (either
 // alphabet) that depends on it alone at each alignment.
 func leakForms() []string {
 	forms := []string{canary, strings.ToLower(canary), strings.ToUpper(canary), jsonHTMLEscaped(canary),
 		html.EscapeString(canary), urlQueryEscaped(canary), url.PathEscape(canary), hex.EncodeToString([]byte(canary))}
-	for n := broker.MinPiece; n < len(canary); n++ {
+	for n := minPiece; n < len(canary); n++ {
 		for i := 0; i+n <= len(canary); i++ {
 			forms = append(forms, canary[i:i+n])
 		}
@@ -223,42 +229,46 @@ func TestPartialContentRefused(t *testing.T) {
 	l.check()
 }
 
-// TestPagesAtEveryOffset: an upstream that slices the resource by query
-// parameters of its own and answers 200 (pagination the broker cannot
-// know of). Every answer that starts with the end of the secret, ends with
-// its start, or is a slice of its middle, by broker.MinPiece bytes or more,
-// has that piece redacted.
-func TestPagesAtEveryOffset(t *testing.T) {
-	t.Parallel()
-	s := newSetup(t)
-	bx := s.serve(acmeJob())
-	res := resource("Bearer " + canary)
-	for _, n := range []int{broker.MinPiece, 5, 7, 16, 29, 31, 45} {
-		for off := 0; off+n <= len(res); off++ {
-			l := &leaks{t: t}
-			a := l.add(bx.do("GET", fmt.Sprintf("http://svc/page?off=%d&len=%d", off, n), ""))
-			require.Equal(t, http.StatusOK, a.Status, a.Body)
-			l.check()
-		}
-	}
-}
-
-// TestPagesBelowMinPiece records the limit of redaction: an upstream that
-// hands out pieces shorter than broker.MinPiece at the caller's offsets
-// gives the secret away in 3-byte pieces. No redaction can stop it (a
-// piece that short is ordinary text); docs/broker.md tells the operator not
-// to grant such an upstream. If this test fails, the wall moved: update the
-// docs.
-func TestPagesBelowMinPiece(t *testing.T) {
+// TestAppPaginationHandsOutPieces records the limit of redaction: an
+// upstream whose own parameters cut a resource holding the secret at the
+// caller's offsets, answering 200, gives the secret away in pieces. The
+// broker cannot know those parameters, and redacting pieces would make an
+// oracle of every upstream that echoes the job's input
+// (TestNoPieceOracle); docs/broker.md tells the operator not to grant such
+// an upstream. If this test fails, the wall moved: update the docs.
+func TestAppPaginationHandsOutPieces(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	bx := s.serve(acmeJob())
 	start := strings.Index(resource("Bearer "+canary), canary)
 	var got strings.Builder
-	for off := start; off < start+len(canary); off += broker.MinPiece - 1 {
-		got.WriteString(bx.do("GET", fmt.Sprintf("http://svc/page?off=%d&len=%d", off, broker.MinPiece-1), "").Body)
+	for off := start; off < start+len(canary); off += 8 {
+		got.WriteString(bx.do("GET", fmt.Sprintf("http://svc/page?off=%d&len=%d", off, min(8, start+len(canary)-off)), "").Body)
 	}
 	assert.Equal(t, canary, got.String())
+}
+
+// TestNoPieceOracle: an upstream that echoes what the job sends answers a
+// piece of the secret exactly as it answers any other text: the job cannot
+// learn a secret a byte at a time by guessing the next byte of a known
+// prefix and watching for a redaction. Only the whole secret, which the
+// job cannot know, is redacted.
+func TestNoPieceOracle(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	bx := s.serve(acmeJob())
+	var guesses []string
+	for n := 4; n < len(canary); n++ {
+		guesses = append(guesses, canary[:n], canary[len(canary)-n:], strings.Repeat("x", n))
+	}
+	for _, g := range guesses {
+		a := bx.do("GET", "http://svc/echoq?q="+url.QueryEscape(g), "")
+		require.Equal(t, http.StatusOK, a.Status, a.Body)
+		assert.Equal(t, "you asked for: "+g, a.Body, "a piece answers like any text")
+		assert.Empty(t, a.Header.Get(broker.HeaderRedacted), g)
+	}
+	a := bx.do("GET", "http://svc/echoq?q="+url.QueryEscape(canary), "")
+	assert.Equal(t, "you asked for: "+broker.Redacted, a.Body)
 }
 
 // TestCompressedRefused: a compressed answer (which the broker never asks
@@ -314,7 +324,7 @@ func TestSecretInResponseHeaders(t *testing.T) {
 		a := l.add(bx.do(m, "http://svc/headers", ""))
 		assert.Equal(t, http.StatusFound, a.Status, m)
 		assert.Equal(t, "kept", a.Header.Get("X-Safe"), m)
-		for _, h := range []string{"X-Echo", "Set-Cookie", "Location", "Www-Authenticate", "Link", "X-Piece", "X-Upper", "X-Trailer-Echo", "Trailer"} {
+		for _, h := range []string{"X-Echo", "Set-Cookie", "Location", "Www-Authenticate", "Link", "X-Upper", "X-Trailer-Echo", "Trailer"} {
 			assert.Empty(t, a.Header.Values(h), "%s %s", m, h)
 		}
 	}

@@ -15,12 +15,6 @@ import (
 // Redacted replaces a secret the upstream echoed in a response body.
 const Redacted = "[REDACTED]"
 
-// MinPiece is the shortest piece of a secret's form the broker redacts at
-// the edge of an answer (a body, a header value): an answer that starts
-// with the end of a secret, ends with its start, or is a slice of its
-// middle, as an upstream that cuts a resource in pages would give it.
-const MinPiece = 4
-
 // redactor finds secret values in what the upstream answers and replaces
 // them. It looks for every form of a secret an echoing upstream commonly
 // produces, without regard to ASCII case (a lower- or upper-cased echo, hex
@@ -34,62 +28,50 @@ const MinPiece = 4
 //     depends on the secret alone, at each of the 3 alignments it can have
 //     inside a longer encoded text, so that base64 of "Bearer <secret>" or
 //     of a JSON blob holding it is caught too (at most 2 bytes at each end of
-//     the secret stay mixed with their neighbours' bits);
-//   - at the edges of an answer, a piece of any of those forms of at least
-//     MinPiece bytes (see stream).
+//     the secret stay mixed with their neighbours' bits).
 //
 // The rendered header values of the call ("Bearer <secret>") are looked for
-// whole (as they are, JSON-, HTML- and URL-escaped), so that an echo of the header
-// is replaced as one; they have no edge pieces (their literal text would
-// match ordinary words). A secret hashed, encrypted, split by the upstream
-// into fields, or cut into pieces below MinPiece is not found:
-// docs/broker.md says which grants that rules out.
+// too, so that an echo of the header is replaced as one.
+//
+// Only whole forms are redacted, never a piece of a secret: an upstream
+// that echoes what the job sends (an error quoting a parameter) would turn
+// a redacted piece into an oracle, the job guessing a known prefix
+// ("ghp_") one byte further at a time (TestNoPieceOracle). So a secret
+// hashed, encrypted, split by the upstream into fields, or handed out in
+// pieces by the upstream's own pagination is not found: docs/broker.md says
+// which grants that rules out.
 type redactor struct {
 	forms  [][]byte // ASCII lower case, longest first, deduplicated
-	piece  []bool   // forms[i] is a form of a secret (its edge pieces are redacted)
 	maxLen int      // the longest form: a stream carries maxLen-1 bytes across writes
 }
 
 // newRedactor builds a redactor of secrets (values the box must never
-// see, with their edge pieces) and rendered (the call's injected header
-// values, looked for whole). Empty values are skipped.
+// see) and rendered (the call's injected header values). Empty values are
+// skipped.
 func newRedactor(secrets, rendered []string) *redactor {
 	r := &redactor{}
-	seen := map[string]int{}
-	add := func(v string, piece bool) {
-		if v == "" {
-			return
-		}
-		k := lowerString(v)
-		if i, ok := seen[k]; ok {
-			r.piece[i] = r.piece[i] || piece
-			return
-		}
-		seen[k] = len(r.forms)
-		r.forms = append(r.forms, []byte(k))
-		r.piece = append(r.piece, piece)
-	}
+	var all []string
 	for _, v := range secrets {
-		for _, f := range secretForms(v) {
-			add(f, true)
-		}
+		all = append(all, secretForms(v)...)
 	}
 	for _, v := range rendered {
-		for _, f := range textForms(v) {
-			add(f, false)
+		all = append(all, textForms(v)...)
+	}
+	for i := range all {
+		all[i] = lowerString(all[i])
+	}
+	slices.SortFunc(all, func(a, b string) int { // longest first, equal ones together
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	for _, f := range slices.Compact(all) {
+		if f != "" {
+			r.forms = append(r.forms, []byte(f))
+			r.maxLen = max(r.maxLen, len(f))
 		}
 	}
-	idx := make([]int, len(r.forms))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return len(r.forms[b]) - len(r.forms[a]) })
-	forms, piece := make([][]byte, len(idx)), make([]bool, len(idx))
-	for i, j := range idx {
-		forms[i], piece[i] = r.forms[j], r.piece[j]
-		r.maxLen = max(r.maxLen, len(forms[i]))
-	}
-	r.forms, r.piece = forms, piece
 	return r
 }
 
@@ -137,7 +119,7 @@ func lowerASCII(dst, b []byte) []byte {
 
 func lowerString(s string) string { return string(lowerASCII(nil, []byte(s))) }
 
-// contains reports whether s holds a secret (or an edge piece of one).
+// contains reports whether s holds a secret.
 func (r *redactor) contains(s string) bool {
 	_, n := r.bytes([]byte(s))
 	return n > 0
@@ -180,24 +162,19 @@ func (r *redactor) stream(w io.Writer) *stream {
 // found, and the union of their spans is replaced: overlapping or touching
 // spans become one Redacted. A span is decided once the bytes it could
 // extend over have arrived, so the stream holds back at most maxLen-1
-// bytes (plus the current write) and never the whole body.
-//
-// Edges: until the first maxLen bytes have arrived (or the body ended)
-// nothing is written, so that a body that starts with the end of a form
-// (at least MinPiece bytes of it) has that piece redacted; at Close, a
-// body that ends with the start of a form, or that is as a whole a slice
-// of one, has it redacted too.
+// bytes (plus the current write) and never the whole body; Close decides
+// the rest, so a secret at the very start or end of a body, or cut by any
+// read, is found like any other.
 type stream struct {
-	r       *redactor
-	w       io.Writer
-	buf     []byte // the input not yet decided, from offset off
-	low     []byte // scratch: buf in lower case
-	off     int64  // the body offset of buf[0]
-	done    int64  // the body offset up to which output was written
-	until   int64  // the end of the last redaction (-1: none yet)
-	started bool   // the body's start was checked
-	n       int    // redactions written
-	err     error
+	r     *redactor
+	w     io.Writer
+	buf   []byte // the input not yet decided, from offset off
+	low   []byte // scratch: buf in lower case
+	off   int64  // the body offset of buf[0]
+	done  int64  // the body offset up to which output was written
+	until int64  // the end of the last redaction (-1: none yet)
+	n     int    // redactions written
+	err   error
 }
 
 // span is a part of buf to redact, [start, end).
@@ -225,16 +202,13 @@ func (s *stream) Close() error {
 func (s *stream) flush(final bool) {
 	limit := len(s.buf)
 	if !final {
-		// A span starting before limit ends within buf. Before the first
-		// flush buf holds at least maxLen bytes, so the start edge is known.
-		limit = len(s.buf) - (s.r.maxLen - 1)
+		limit = len(s.buf) - (s.r.maxLen - 1) // a span starting before limit ends within buf
 		if limit <= 0 {
 			return
 		}
 	}
 	s.low = lowerASCII(s.low, s.buf)
-	spans := s.r.find(s.low, limit, !s.started, final)
-	s.started = true
+	spans := s.r.find(s.low, limit)
 	for _, sp := range spans {
 		a, b := s.off+int64(sp.start), s.off+int64(sp.end)
 		if s.until >= a { // overlaps or touches the last redaction
@@ -269,11 +243,10 @@ func (s *stream) put(p []byte) {
 }
 
 // find returns the spans of low to redact that start before limit, sorted
-// by start: every occurrence of every form, and with start (low begins the
-// body) or end (low ends it) the edge pieces.
-func (r *redactor) find(low []byte, limit int, start, end bool) []span {
+// by start: every occurrence of every form, overlapping ones included.
+func (r *redactor) find(low []byte, limit int) []span {
 	var spans []span
-	for i, f := range r.forms {
+	for _, f := range r.forms {
 		for at := 0; at < limit; {
 			j := bytes.Index(low[at:], f)
 			if j < 0 || at+j >= limit {
@@ -282,54 +255,7 @@ func (r *redactor) find(low []byte, limit int, start, end bool) []span {
 			spans = append(spans, span{at + j, at + j + len(f)})
 			at += j + 1
 		}
-		if !r.piece[i] {
-			continue
-		}
-		if start {
-			if l := overlap(f, low[:min(len(low), len(f))]); l >= MinPiece {
-				spans = append(spans, span{0, l})
-			}
-		}
-		if start && end && len(low) >= MinPiece && bytes.Contains(f, low) {
-			spans = append(spans, span{0, len(low)})
-		}
-		if end {
-			if l := overlap(low[max(0, len(low)-len(f)):], f); l >= MinPiece {
-				spans = append(spans, span{len(low) - l, len(low)})
-			}
-		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
 	return spans
-}
-
-// overlap is the length of the longest suffix of text that is a prefix of
-// pat (Knuth–Morris–Pratt).
-func overlap(text, pat []byte) int {
-	if len(pat) == 0 {
-		return 0
-	}
-	pi := make([]int, len(pat))
-	for i, k := 1, 0; i < len(pat); i++ {
-		for k > 0 && pat[i] != pat[k] {
-			k = pi[k-1]
-		}
-		if pat[i] == pat[k] {
-			k++
-		}
-		pi[i] = k
-	}
-	k := 0
-	for _, c := range text {
-		if k == len(pat) {
-			k = pi[k-1]
-		}
-		for k > 0 && c != pat[k] {
-			k = pi[k-1]
-		}
-		if c == pat[k] {
-			k++
-		}
-	}
-	return k
 }

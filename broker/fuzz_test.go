@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -304,4 +305,24 @@ func FuzzStream(f *testing.F) {
 			t.Fatalf("%q cut at %v: %q (%d), whole: %q (%d)", data, cuts, got, m, whole, n)
 		}
 	})
+}
+
+// BenchmarkRedactStream redacts a 1 MiB body with secrets spread through
+// it, written in 32 KiB reads as the broker reads an upstream.
+func BenchmarkRedactStream(b *testing.B) {
+	r := streamRedactor()
+	var body bytes.Buffer
+	for body.Len() < 1<<20 {
+		body.WriteString(strings.Repeat("ordinary text of an answer, ", 100))
+		body.WriteString(streamSecrets[0])
+	}
+	data := body.Bytes()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		st := r.stream(io.Discard)
+		for off := 0; off < len(data); off += 32 << 10 {
+			_, _ = st.Write(data[off:min(off+32<<10, len(data))])
+		}
+		_ = st.Close()
+	}
 }

@@ -42,6 +42,7 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ref = forbidden(RuleEnded, "the job ended, and its grants with it")
 	}
 	if ref != nil {
+		ref.msg = red.string(ref.msg) // also a message quoting the upstream
 		writeRefusal(w, ref, &c)
 	}
 	c.DurationMS = s.b.cfg.Now().Sub(start).Milliseconds()
@@ -217,7 +218,7 @@ func (s *session) upstreamFailure(ctx, callCtx context.Context, g *grant, err er
 // respond checks the upstream's response and returns it to the box,
 // without a secret.
 func respond(w http.ResponseWriter, r *http.Request, g *grant, reqURL *url.URL, resp *http.Response, c *Call, red *redactor) *refusal {
-	if ref := checkResponse(r, g, resp); ref != nil {
+	if ref := checkResponse(r, g, resp, red); ref != nil {
 		return ref
 	}
 	data, n, ref := readRedacted(g, resp, red)
@@ -253,13 +254,14 @@ func respond(w http.ResponseWriter, r *http.Request, g *grant, reqURL *url.URL, 
 // checked: a partial one (206: the box would get a secret in pieces, one
 // call at a time; the broker never forwards Range, so an upstream that
 // answers 206 cut the resource on its own), a compressed one it cannot
-// read for secrets, a protocol switch, or one declared over the cap.
-func checkResponse(r *http.Request, g *grant, resp *http.Response) *refusal {
+// read for secrets, a protocol switch, or one declared over the cap. What
+// it quotes of the upstream's headers is redacted (before it is cut short).
+func checkResponse(r *http.Request, g *grant, resp *http.Response, red *redactor) *refusal {
 	for _, v := range resp.Header.Values("Content-Encoding") {
 		for _, ce := range strings.Split(v, ",") {
 			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
 				return refuse(http.StatusBadGateway, RuleEncoding, fmt.Sprintf(
-					"grant %s: the upstream sent a %s-encoded body, which the broker cannot check for secrets", g.name, short(ce)))
+					"grant %s: the upstream sent a %s-encoded body, which the broker cannot check for secrets", g.name, short(red.string(ce))))
 			}
 		}
 	}

@@ -202,7 +202,7 @@ func (s *stream) Close() error {
 func (s *stream) flush(final bool) {
 	limit := len(s.buf)
 	if !final {
-		limit = len(s.buf) - (s.r.maxLen - 1) // a span starting before limit ends within buf
+		limit = len(s.buf) - max(s.r.maxLen-1, 0) // a span starting before limit ends within buf
 		if limit <= 0 {
 			return
 		}

@@ -346,3 +346,22 @@ func TestTransformedSecretRedacted(t *testing.T) {
 	assert.Equal(t, 38, strings.Count(a.Body, broker.Redacted), a.Body)
 	l.check()
 }
+
+// TestPolicyWithoutSecrets: a fleet whose grants inject no secret (an
+// open upstream) has nothing to redact: answers and refusals pass as they
+// are.
+func TestPolicyWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	pol, err := broker.ParsePolicy([]byte(`{"grants": [{"name": "open", "url": "` + s.up.srv.URL + `/api"}], "tenants": {"acme": ["open"]}}`))
+	require.NoError(t, err)
+	require.NoError(t, s.b.SetPolicy(pol))
+	bx := s.serve(broker.JobInfo{Tenant: "acme", ID: "open-1", Grants: []string{"open"}})
+	a := bx.do("GET", "http://open/edge?where=only", "")
+	assert.Equal(t, http.StatusOK, a.Status, a.Body)
+	a = bx.do("GET", "http://open/items", "")
+	assert.Equal(t, `{"ok":true}`, a.Body)
+	a = bx.do("GET", "http://nosuch/items", "")
+	assert.Equal(t, http.StatusForbidden, a.Status)
+	assert.Contains(t, a.Body, `grant "nosuch" does not exist`)
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -85,22 +86,45 @@ func (s *session) call(ctx context.Context, w http.ResponseWriter, r *http.Reque
 }
 
 // allow takes a call from the rate of g for the job's tenant, shared by
-// all the tenant's jobs (Limiter).
+// all the tenant's jobs, then from the rate of each credential g injects
+// that the policy limits (secret_rates), shared by every grant and tenant.
 func (s *session) allow(ctx context.Context, w http.ResponseWriter, g *grant) *refusal {
 	ok, wait, err := s.b.cfg.Limiter.Allow(ctx, g.name+"/"+s.j.Tenant, g.rate, g.burst)
 	if err != nil {
-		s.logRefusal(slog.LevelWarn, "broker: the rate limiter failed: calls are refused until it answers", "grant", g.name, "error", err.Error())
-		w.Header().Set("Retry-After", "1")
-		return refuse(http.StatusServiceUnavailable, RuleRate, fmt.Sprintf(
-			"grant %s: the broker cannot check the grant's rate right now: retry later", g.name))
+		return s.limiterFailed(w, g, err)
 	}
 	if !ok {
-		secs := max(1, int(math.Ceil(wait.Seconds())))
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf(
-			"grant %s: over its rate of %g calls/s (burst %d) for tenant %s: retry after %ds", g.name, float64(g.rate), g.burst, s.j.Tenant, secs))
+		return overRate(w, wait, fmt.Sprintf("grant %s: over its rate of %g calls/s (burst %d) for tenant %s", g.name, float64(g.rate), g.burst, s.j.Tenant))
+	}
+	for _, name := range g.secretRefs {
+		sr, limited := s.b.Policy().secretRates[name]
+		if !limited {
+			continue
+		}
+		if ok, wait, err = s.b.cfg.Limiter.Allow(ctx, "secret:"+name, sr.rate, sr.burst); err != nil {
+			return s.limiterFailed(w, g, err)
+		}
+		if !ok {
+			return overRate(w, wait, fmt.Sprintf("grant %s: its credential %q is over its rate of %g calls/s (burst %d), shared by every grant and tenant using it",
+				g.name, name, float64(sr.rate), sr.burst))
+		}
 	}
 	return nil
+}
+
+// overRate is a 429 refusal: msg, and when to retry.
+func overRate(w http.ResponseWriter, wait time.Duration, msg string) *refusal {
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf("%s: retry after %ds", msg, secs))
+}
+
+// limiterFailed refuses a call whose rate the Limiter could not check.
+func (s *session) limiterFailed(w http.ResponseWriter, g *grant, err error) *refusal {
+	s.logRefusal(slog.LevelWarn, "broker: the rate limiter failed: calls are refused until it answers", "grant", g.name, "error", err.Error())
+	w.Header().Set("Retry-After", "1")
+	return refuse(http.StatusServiceUnavailable, RuleRate, fmt.Sprintf(
+		"grant %s: the broker cannot check the grant's rate right now: retry later", g.name))
 }
 
 // admit finds the grant r names and checks it against the policy, the job

@@ -71,3 +71,33 @@ func TestRedisLimiterDown(t *testing.T) {
 	assert.Empty(t, s.up.seen())
 	assert.Contains(t, s.logs.String(), "connection refused")
 }
+
+// TestSecretRateSharedByGrantsAndTenants: a credential's rate
+// (secret_rates) is one bucket for every grant that injects it and every
+// tenant: two tenants on two grants of the same key share it.
+func TestSecretRateSharedByGrantsAndTenants(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	pol, err := broker.ParsePolicy([]byte(`{
+  "grants": [
+    {"name": "read", "url": "` + s.up.srv.URL + `/api", "headers": {"Authorization": "Bearer ${secret:svc-token}"}},
+    {"name": "write", "url": "` + s.up.srv.URL + `/api", "methods": ["POST"], "headers": {"Authorization": "Bearer ${secret:svc-token}"}},
+    {"name": "other", "url": "` + s.up.srv.URL + `/api", "headers": {"Authorization": "Bearer ${secret:other-token}"}}
+  ],
+  "tenants": {"acme": ["read", "other"], "beta": ["write", "other"]},
+  "secret_rates": {"svc-token": {"per_second": 0.001, "burst": 2}}}`))
+	require.NoError(t, err)
+	require.NoError(t, s.b.SetPolicy(pol))
+	acme := s.serve(broker.JobInfo{Tenant: "acme", ID: "a-1", Grants: []string{"read", "other"}})
+	beta := s.serve(broker.JobInfo{Tenant: "beta", ID: "b-1", Grants: []string{"write", "other"}})
+	require.Equal(t, http.StatusOK, acme.do("GET", "http://read/items", "").Status)
+	require.Equal(t, http.StatusOK, beta.do("POST", "http://write/items", "x").Status)
+	for _, a := range []answer{acme.do("GET", "http://read/items", ""), beta.do("POST", "http://write/items", "x")} {
+		assert.Equal(t, http.StatusTooManyRequests, a.Status, a.Body)
+		assert.Equal(t, string(broker.RuleRate), a.Header.Get(broker.HeaderRule))
+		assert.Contains(t, a.Body, `its credential "svc-token" is over its rate of 0.001 calls/s (burst 2), shared by every grant and tenant using it`)
+		assert.Equal(t, "1000", a.Header.Get("Retry-After"))
+	}
+	assert.Equal(t, http.StatusOK, acme.do("GET", "http://other/items", "").Status, "another credential is not limited")
+	assert.Len(t, s.up.seen(), 3)
+}

@@ -79,6 +79,10 @@ type Config struct {
 	// MaxConns bounds a job's open connections to its socket; further
 	// connections wait for one to close. Default 16.
 	MaxConns int
+	// Limiter holds the grants' rate buckets, one per grant and tenant.
+	// Default: buckets in this process, so each worker of a fleet allows a
+	// tenant the grant's whole rate; a RedisLimiter shares them fleet-wide.
+	Limiter Limiter
 	// Now, default time.Now.
 	Now func() time.Time
 }
@@ -130,6 +134,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Limiter == nil {
+		c.Limiter = newLocalLimiter(c.Now)
 	}
 	return c, nil
 }
@@ -296,11 +303,10 @@ type session struct {
 	log      *slog.Logger
 	inflight chan struct{}
 
-	mu       sync.Mutex
-	ended    bool
-	active   sync.WaitGroup // calls admitted before the end
-	conns    sync.WaitGroup // connections not yet closed
-	limiters map[string]*rate.Limiter
+	mu     sync.Mutex
+	ended  bool
+	active sync.WaitGroup // calls admitted before the end
+	conns  sync.WaitGroup // connections not yet closed
 
 	logLimit   *rate.Limiter // refusals logged per second
 	suppressed atomic.Int64
@@ -311,7 +317,6 @@ func (b *Broker) newSession(j JobInfo) *session {
 		b: b, j: j,
 		log:      b.cfg.Logger.With(job.AttrJobID, j.ID, job.AttrTenant, j.Tenant),
 		inflight: make(chan struct{}, b.cfg.MaxInFlight),
-		limiters: map[string]*rate.Limiter{},
 		logLimit: rate.NewLimiter(5, 20),
 	}
 }
@@ -343,22 +348,6 @@ func (s *session) end() {
 	s.mu.Lock()
 	s.ended = true
 	s.mu.Unlock()
-}
-
-// limiter is the job's rate limiter of g.
-func (s *session) limiter(g *grant) *rate.Limiter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.limiters[g.name]
-	switch {
-	case l == nil:
-		l = rate.NewLimiter(g.rate, g.burst)
-		s.limiters[g.name] = l
-	case l.Limit() != g.rate || l.Burst() != g.burst: // the policy changed
-		l.SetLimit(g.rate)
-		l.SetBurst(g.burst)
-	}
-	return l
 }
 
 func (s *session) flushSuppressed() {

@@ -102,6 +102,12 @@ func TestRefused(t *testing.T) {
 		{"dotdot", func() answer { return bx.raw("GET /repos/paddock/../../admin HTTP/1.1\nHost: narrow\n\n") },
 			403, broker.RulePath, "grant narrow: path segment 3 is a dot segment"},
 		{"encoded-dotdot", func() answer { return bx.raw("GET /repos/paddock/%2e%2E/admin HTTP/1.1\nHost: narrow\n\n") },
+			403, broker.RulePath, "percent-encodes an unreserved character (%2e)"},
+		{"overlong-dotdot", func() answer { return bx.raw("GET /repos/paddock/%C0%AE%C0%AE/admin HTTP/1.1\nHost: narrow\n\n") },
+			403, broker.RulePath, "grant narrow: path segment 3 is not UTF-8 once decoded"},
+		{"overlong-slash", func() answer { return bx.raw("GET /repos/paddock%C0%AF..%C0%AFadmin HTTP/1.1\nHost: narrow\n\n") },
+			403, broker.RulePath, "is not UTF-8 once decoded"},
+		{"fullwidth-dotdot", func() answer { return bx.raw("GET /repos/paddock/%EF%BC%8E%EF%BC%8E/admin HTTP/1.1\nHost: narrow\n\n") },
 			403, broker.RulePath, "dot segment"},
 		{"encoded-slash", func() answer { return bx.raw("GET /repos/paddock%2F..%2Fadmin HTTP/1.1\nHost: narrow\n\n") },
 			403, broker.RulePath, "hides '/'"},
@@ -136,18 +142,23 @@ func TestRefused(t *testing.T) {
 	assert.Empty(t, s.up.seen(), "no refused call reaches the upstream")
 	bx.stop()
 	calls := bx.calls.Calls()
-	require.Len(t, calls, 17)
+	require.Len(t, calls, 20)
 	for _, c := range calls {
 		assert.NotEmpty(t, c.Rule, "%+v", c)
 		assert.NotEmpty(t, c.Error, "%+v", c)
 	}
 }
 
+// TestRateLimited: a grant's rate is per grant and tenant: a second job of
+// the same tenant shares the first's bucket (a tenant cannot multiply a
+// shared credential's rate by running more jobs), another tenant has its
+// own.
 func TestRateLimited(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	bx := s.serve(acmeJob())
-	other := s.serve(broker.JobInfo{Tenant: "acme", ID: "job-2", Grants: acmeGrants})
+	sibling := s.serve(broker.JobInfo{Tenant: "acme", ID: "job-2", Grants: acmeGrants})
+	beta := s.serve(broker.JobInfo{Tenant: "beta", ID: "job-3", Grants: []string{"limited"}})
 	// "limited": burst 2, then one call per 1000 s.
 	for i := range 2 {
 		a := bx.do("GET", "http://limited/items", "")
@@ -156,17 +167,24 @@ func TestRateLimited(t *testing.T) {
 	a := bx.do("GET", "http://limited/items", "")
 	assert.Equal(t, http.StatusTooManyRequests, a.Status)
 	assert.Equal(t, string(broker.RuleRate), a.Header.Get(broker.HeaderRule))
-	assert.Contains(t, a.Body, "grant limited: over its rate of 0.001 calls/s (burst 2) for this job")
+	assert.Contains(t, a.Body, "grant limited: over its rate of 0.001 calls/s (burst 2) for tenant acme")
 	assert.Equal(t, "1000", a.Header.Get("Retry-After"))
-	assert.Len(t, s.up.seen(), 2)
 
-	// The rate is per job: another job of the same tenant has its own.
-	a = other.do("GET", "http://limited/items", "")
-	assert.Equal(t, http.StatusOK, a.Status, a.Body)
+	a = sibling.do("GET", "http://limited/items", "")
+	assert.Equal(t, http.StatusTooManyRequests, a.Status, "another job of acme shares acme's bucket: %s", a.Body)
+	for i := range 2 {
+		a = beta.do("GET", "http://limited/items", "")
+		assert.Equal(t, http.StatusOK, a.Status, "beta's call %d has beta's own bucket: %s", i, a.Body)
+	}
+	a = beta.do("GET", "http://limited/items", "")
+	assert.Equal(t, http.StatusTooManyRequests, a.Status)
+	assert.Contains(t, a.Body, "for tenant beta")
+	assert.Len(t, s.up.seen(), 4, "2 calls of acme, 2 of beta")
 	bx.stop()
-	other.stop()
+	sibling.stop()
+	beta.stop()
 	assert.Len(t, bx.calls.Calls(), 3)
-	assert.Len(t, other.calls.Calls(), 1, "each job's record holds its own calls")
+	assert.Len(t, sibling.calls.Calls(), 1, "each job's record holds its own calls")
 }
 
 // TestBoxCredentialsNeverForwarded: the box's own Authorization, cookies,

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -34,7 +35,7 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, span := s.b.cfg.Tracer.Start(r.Context(), SpanCall, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(job.AttrJobID, s.j.ID), attribute.String(job.AttrTenant, s.j.Tenant)))
 	defer span.End()
-	red := s.redactor(ctx, nil)
+	red := s.redactor(ctx, nil, nil)
 	var ref *refusal
 	if entered {
 		ref = s.call(ctx, w, r, &c)
@@ -42,6 +43,7 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ref = forbidden(RuleEnded, "the job ended, and its grants with it")
 	}
 	if ref != nil {
+		ref.msg = red.string(ref.msg) // also a message quoting the upstream
 		writeRefusal(w, ref, &c)
 	}
 	c.DurationMS = s.b.cfg.Now().Sub(start).Milliseconds()
@@ -65,11 +67,8 @@ func (s *session) call(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if ref != nil {
 		return ref
 	}
-	if !s.limiter(g).AllowN(s.b.cfg.Now(), 1) {
-		wait := max(1, int(math.Ceil(1/float64(g.rate))))
-		w.Header().Set("Retry-After", strconv.Itoa(wait))
-		return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf(
-			"grant %s: over its rate of %g calls/s (burst %d) for this job: retry after %ds", g.name, float64(g.rate), g.burst, wait))
+	if ref := s.allow(ctx, w, g); ref != nil {
+		return ref
 	}
 	select {
 	case s.inflight <- struct{}{}:
@@ -84,6 +83,48 @@ func (s *session) call(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	c.BytesIn = int64(len(body))
 	return s.forward(ctx, w, r, g, t, body, c)
+}
+
+// allow takes a call from the rate of g for the job's tenant, shared by
+// all the tenant's jobs, then from the rate of each credential g injects
+// that the policy limits (secret_rates), shared by every grant and tenant.
+func (s *session) allow(ctx context.Context, w http.ResponseWriter, g *grant) *refusal {
+	ok, wait, err := s.b.cfg.Limiter.Allow(ctx, g.name+"/"+s.j.Tenant, g.rate, g.burst)
+	if err != nil {
+		return s.limiterFailed(w, g, err)
+	}
+	if !ok {
+		return overRate(w, wait, fmt.Sprintf("grant %s: over its rate of %g calls/s (burst %d) for tenant %s", g.name, float64(g.rate), g.burst, s.j.Tenant))
+	}
+	for _, name := range g.secretRefs {
+		sr, limited := s.b.Policy().secretRates[name]
+		if !limited {
+			continue
+		}
+		if ok, wait, err = s.b.cfg.Limiter.Allow(ctx, "secret:"+name, sr.rate, sr.burst); err != nil {
+			return s.limiterFailed(w, g, err)
+		}
+		if !ok {
+			return overRate(w, wait, fmt.Sprintf("grant %s: its credential %q is over its rate of %g calls/s (burst %d), shared by every grant and tenant using it",
+				g.name, name, float64(sr.rate), sr.burst))
+		}
+	}
+	return nil
+}
+
+// overRate is a 429 refusal: msg, and when to retry.
+func overRate(w http.ResponseWriter, wait time.Duration, msg string) *refusal {
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	return refuse(http.StatusTooManyRequests, RuleRate, fmt.Sprintf("%s: retry after %ds", msg, secs))
+}
+
+// limiterFailed refuses a call whose rate the Limiter could not check.
+func (s *session) limiterFailed(w http.ResponseWriter, g *grant, err error) *refusal {
+	s.logRefusal(slog.LevelWarn, "broker: the rate limiter failed: calls are refused until it answers", "grant", g.name, "error", err.Error())
+	w.Header().Set("Retry-After", "1")
+	return refuse(http.StatusServiceUnavailable, RuleRate, fmt.Sprintf(
+		"grant %s: the broker cannot check the grant's rate right now: retry later", g.name))
 }
 
 // admit finds the grant r names and checks it against the policy, the job
@@ -157,14 +198,14 @@ func (s *session) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return refuse(http.StatusBadGateway, RuleSecret, fmt.Sprintf("grant %s: minting its token failed: %v", g.name, err))
 		}
 	}
-	injected, values, rerr := g.render(ctx, s.b.secrets, token)
+	injected, values, rendered, rerr := g.render(ctx, s.b.secrets, token)
 	if rerr != nil {
 		s.logRefusal(slog.LevelWarn, "broker: a grant's secret is unavailable: the operator must fix the secret source",
 			"grant", g.name, "secret", rerr.secret, "error", rerr.msg)
 		return refuse(http.StatusBadGateway, RuleSecret, fmt.Sprintf(
 			"grant %s: its secret %q is unavailable on this worker: tell the operator", g.name, rerr.secret))
 	}
-	red := s.redactor(ctx, values)
+	red := s.redactor(ctx, values, rendered)
 	callCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	out, err := http.NewRequestWithContext(callCtx, r.Method, g.base.String(), bytes.NewReader(body))
@@ -201,26 +242,13 @@ func (s *session) upstreamFailure(ctx, callCtx context.Context, g *grant, err er
 // respond checks the upstream's response and returns it to the box,
 // without a secret.
 func respond(w http.ResponseWriter, r *http.Request, g *grant, reqURL *url.URL, resp *http.Response, c *Call, red *redactor) *refusal {
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return refuse(http.StatusBadGateway, RuleEncoding, fmt.Sprintf(
-			"grant %s: the upstream sent a %s-encoded body, which the broker cannot check for secrets", g.name, short(ce)))
+	if ref := checkResponse(r, g, resp, red); ref != nil {
+		return ref
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return refuse(http.StatusBadGateway, RuleUpstream, fmt.Sprintf("grant %s: the upstream switched protocols", g.name))
+	data, n, ref := readRedacted(g, resp, red)
+	if ref != nil {
+		return ref
 	}
-	tooBig := refuse(http.StatusBadGateway, RuleResponseSize, fmt.Sprintf(
-		"grant %s: the response is over max_response_bytes (%d)", g.name, g.maxResp))
-	if r.Method != http.MethodHead && resp.ContentLength > g.maxResp {
-		return tooBig
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, g.maxResp+1))
-	if err != nil {
-		return refuse(http.StatusBadGateway, RuleUpstream, fmt.Sprintf("grant %s: reading the response: %s", g.name, red.string(err.Error())))
-	}
-	if int64(len(data)) > g.maxResp {
-		return tooBig
-	}
-	data, n := red.bytes(data)
 	h, dropped := responseHeaders(resp.Header, red)
 	rewriteLocation(h, g, reqURL)
 	for k, vs := range h {
@@ -244,6 +272,57 @@ func respond(w http.ResponseWriter, r *http.Request, g *grant, reqURL *url.URL, 
 		c.BytesOut = int64(nw)
 	}
 	return nil
+}
+
+// checkResponse refuses a response the broker cannot hand back whole and
+// checked: a partial one (206: the box would get a secret in pieces, one
+// call at a time; the broker never forwards Range, so an upstream that
+// answers 206 cut the resource on its own), a compressed one it cannot
+// read for secrets, a protocol switch, or one declared over the cap. What
+// it quotes of the upstream's headers is redacted (before it is cut short).
+func checkResponse(r *http.Request, g *grant, resp *http.Response, red *redactor) *refusal {
+	for _, v := range resp.Header.Values("Content-Encoding") {
+		for _, ce := range strings.Split(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return refuse(http.StatusBadGateway, RuleEncoding, fmt.Sprintf(
+					"grant %s: the upstream sent a %s-encoded body, which the broker cannot check for secrets", g.name, short(red.string(ce))))
+			}
+		}
+	}
+	switch {
+	case resp.StatusCode == http.StatusPartialContent:
+		return refuse(http.StatusBadGateway, RulePartial, fmt.Sprintf(
+			"grant %s: the upstream answered with part of a resource (206), which the broker cannot check for secrets: ask for the whole resource", g.name))
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		return refuse(http.StatusBadGateway, RuleUpstream, fmt.Sprintf("grant %s: the upstream switched protocols", g.name))
+	case r.Method != http.MethodHead && resp.ContentLength > g.maxResp:
+		return tooBig(g)
+	}
+	return nil
+}
+
+func tooBig(g *grant) *refusal {
+	return refuse(http.StatusBadGateway, RuleResponseSize, fmt.Sprintf(
+		"grant %s: the response is over max_response_bytes (%d)", g.name, g.maxResp))
+}
+
+// readRedacted reads the response body, up to the grant's cap, through a
+// redacting stream: the upstream's reads (chunks) may cut a secret
+// anywhere. It returns the redacted body and the number of redactions.
+func readRedacted(g *grant, resp *http.Response, red *redactor) ([]byte, int, *refusal) {
+	var out bytes.Buffer
+	st := red.stream(&out)
+	nr, err := io.Copy(st, io.LimitReader(resp.Body, g.maxResp+1))
+	if err == nil {
+		err = st.Close()
+	}
+	switch {
+	case err != nil:
+		return nil, 0, refuse(http.StatusBadGateway, RuleUpstream, fmt.Sprintf("grant %s: reading the response: %s", g.name, red.string(err.Error())))
+	case nr > g.maxResp:
+		return nil, 0, tooBig(g)
+	}
+	return out.Bytes(), st.n, nil
 }
 
 // rewriteLocation turns a redirect to a URL under the grant's base into one
@@ -289,16 +368,17 @@ func writeRefusal(w http.ResponseWriter, ref *refusal, c *Call) {
 	c.Status, c.Rule, c.Error = ref.status, ref.rule, ref.msg
 }
 
-// redactor finds every secret the policy uses, and values (what this call
-// injected), in a response.
-func (s *session) redactor(ctx context.Context, values []string) *redactor {
+// redactor finds every secret the policy uses, values (the secrets and the
+// token this call injected) and rendered (its injected header values) in a
+// response.
+func (s *session) redactor(ctx context.Context, values, rendered []string) *redactor {
 	all := slices.Clone(values)
 	for _, name := range s.b.Policy().Secrets() {
 		if v, err := s.b.secrets.Secret(ctx, name); err == nil {
 			all = append(all, v)
 		}
 	}
-	return newRedactor(all)
+	return newRedactor(all, rendered)
 }
 
 // record ends the call: its span, metrics, log line and record.

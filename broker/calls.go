@@ -21,7 +21,7 @@ const (
 	RulePath         Rule = "path"          // a path outside the grant's patterns, or one refused by normalisation
 	RuleTarget       Rule = "request_target"
 	RuleRequestSize  Rule = "request_size"  // 413: the body is over max_request_bytes
-	RuleRate         Rule = "rate"          // 429: over the grant's rate for this job
+	RuleRate         Rule = "rate"          // 429: over the grant's rate for the job's tenant
 	RuleInFlight     Rule = "in_flight"     // 429: too many calls of this job at once
 	RuleEnded        Rule = "job_ended"     // the job's grants ended
 	RuleSecret       Rule = "secret"        // 502: a secret of the grant is unavailable
@@ -29,6 +29,7 @@ const (
 	RuleTimeout      Rule = "timeout"       // 504: the grant's timeout passed
 	RuleResponseSize Rule = "response_size" // 502: the response is over max_response_bytes
 	RuleEncoding     Rule = "response_encoding"
+	RulePartial      Rule = "partial_content" // 502: the upstream answered 206 (part of a resource)
 )
 
 // Headers of the broker's answers to the box.

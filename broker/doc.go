@@ -19,8 +19,10 @@
 // message naming the grant and the rule (Rule), injects the secret, performs
 // the request with TLS verification and no redirects, strips secret-bearing
 // headers from the response, redacts any secret the upstream echoed in the
-// body, and records the call (Call, CallLog), a span and metrics, never with
-// a secret. When the job ends its grants end: the listener is closed and
+// body (as it streams in, in every common encoding), refuses partial and
+// compressed answers (so a secret never comes back in pieces), and records
+// the call (Call, CallLog), a span and metrics, never with a secret. A
+// grant's rate is per grant and tenant (Limiter; RedisLimiter for a fleet). When the job ends its grants end: the listener is closed and
 // every further call is refused.
 //
 // A grant may also carry a scoped token instead of (or next to) a secret: a

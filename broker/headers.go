@@ -25,13 +25,16 @@ type templatePart struct {
 // boxHeaders are the request headers of the box the broker passes on; every
 // other header the box sends is dropped (Authorization, Cookie, Proxy-*,
 // Host overrides, Forwarded, hop-by-hop headers, Accept-Encoding: the broker
-// asks for an identity body, which it can check for secrets).
+// asks for an identity body, which it can check for secrets). Range and
+// If-Range are dropped too: a secret asked for a few bytes at a time would
+// come back in pieces too short to recognise; without them the upstream
+// answers with the whole resource (RFC 9110 §14.2 lets a server ignore
+// Range), and a 206 is refused (checkResponse).
 var boxHeaders = map[string]bool{
 	"Accept": true, "Accept-Language": true, "Cache-Control": true,
 	"Content-Type": true, "Content-Language": true,
 	"If-Match": true, "If-None-Match": true, "If-Modified-Since": true,
-	"If-Unmodified-Since": true, "If-Range": true, "Range": true,
-	"User-Agent": true,
+	"If-Unmodified-Since": true, "User-Agent": true,
 }
 
 // neverPassed are the headers a grant's pass_headers may not name.
@@ -39,6 +42,7 @@ var neverPassed = map[string]bool{
 	"Authorization": true, "Proxy-Authorization": true, "Cookie": true,
 	"Host": true, "Forwarded": true, "X-Real-Ip": true, "Accept-Encoding": true,
 	"Content-Length": true, "Content-Encoding": true, "Expect": true,
+	"Range": true, "If-Range": true,
 }
 
 // hopByHop are the connection-level headers of RFC 9110 §7.6.1 (and the
@@ -56,6 +60,9 @@ var droppedResponse = map[string]bool{
 	"Www-Authenticate": true, "Authentication-Info": true,
 	"Proxy-Authentication-Info": true, "Content-Length": true,
 	"Content-Encoding": true, "Alt-Svc": true,
+	// The broker answers whole resources only: no range is offered or
+	// described to the box.
+	"Accept-Ranges": true, "Content-Range": true,
 }
 
 // injectable reports why name cannot be injected ("" if it can).
@@ -170,11 +177,11 @@ type renderError struct {
 }
 
 // render resolves g's header templates. token is the scoped token ("" when
-// the grant has none). It returns the rendered headers and every value that
-// must never reach the box.
-func (g *grant) render(ctx context.Context, src Secrets, token string) (http.Header, []string, *renderError) {
-	h := http.Header{}
-	var values []string
+// the grant has none). It returns the rendered headers, and what must never
+// reach the box: the secret values (and the token) it used, and the
+// rendered values that hold one.
+func (g *grant) render(ctx context.Context, src Secrets, token string) (h http.Header, values, rendered []string, _ *renderError) {
+	h = http.Header{}
 	for _, t := range g.headers {
 		var b strings.Builder
 		secret := false
@@ -188,10 +195,10 @@ func (g *grant) render(ctx context.Context, src Secrets, token string) (http.Hea
 			case p.secret != "":
 				v, err := src.Secret(ctx, p.secret)
 				if err != nil {
-					return nil, nil, &renderError{secret: p.secret, msg: err.Error()}
+					return nil, nil, nil, &renderError{secret: p.secret, msg: err.Error()}
 				}
 				if strings.ContainsAny(v, "\r\n\x00") {
-					return nil, nil, &renderError{secret: p.secret, msg: "it holds a line break or NUL, which no header can carry"}
+					return nil, nil, nil, &renderError{secret: p.secret, msg: "it holds a line break or NUL, which no header can carry"}
 				}
 				b.WriteString(v)
 				values = append(values, v)
@@ -200,10 +207,10 @@ func (g *grant) render(ctx context.Context, src Secrets, token string) (http.Hea
 		}
 		h.Set(t.name, b.String())
 		if secret { // a literal header ("X-Api-Version: 2") is no secret
-			values = append(values, b.String())
+			rendered = append(rendered, b.String())
 		}
 	}
-	return h, values, nil
+	return h, values, rendered, nil
 }
 
 // outgoingHeaders builds the upstream request's headers: the box's safe

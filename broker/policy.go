@@ -29,7 +29,7 @@ const (
 	MaxBodyBytes            = 64 << 20 // the largest max_request_bytes or max_response_bytes
 	DefaultTimeout          = 30 * time.Second
 	MaxTimeout              = 10 * time.Minute
-	DefaultRate             = 10 // requests per second, per job and grant
+	DefaultRate             = 10 // requests per second, per grant and tenant (rates.go)
 	DefaultBurst            = 20
 	DefaultTokenTTL         = 5 * time.Minute
 	MaxTokenTTL             = time.Hour
@@ -100,13 +100,23 @@ type Policy struct {
 	grants  map[string]*grant
 	tenants map[string][]string // sorted grant names
 	secrets []string            // every secret name the grants use, sorted
+	// secretRates are the rates of upstream credentials: one bucket per
+	// secret, for every grant that injects it and every tenant.
+	secretRates map[string]secretRate
+}
+
+// secretRate is the rate of one secret (secret_rates).
+type secretRate struct {
+	rate  rate.Limit
+	burst int
 }
 
 // policyFile is the JSON of a policy file (docs/broker.md).
 type policyFile struct {
-	Version int                 `json:"version"`
-	Grants  []grantFile         `json:"grants"`
-	Tenants map[string][]string `json:"tenants"`
+	Version     int                  `json:"version"`
+	Grants      []grantFile          `json:"grants"`
+	Tenants     map[string][]string  `json:"tenants"`
+	SecretRates map[string]*rateFile `json:"secret_rates"`
 }
 
 type grantFile struct {
@@ -231,11 +241,35 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		p.grants[g.name] = g
 	}
 	p.parseTenants(f.Tenants, bad)
+	p.secrets = p.secretNames()
+	p.parseSecretRates(f.SecretRates, bad)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	p.secrets = p.secretNames()
 	return p, nil
+}
+
+// parseSecretRates fills p.secretRates: each names a secret a grant uses.
+func (p *Policy) parseSecretRates(rates map[string]*rateFile, bad func(field, format string, args ...any)) {
+	p.secretRates = map[string]secretRate{}
+	names := make([]string, 0, len(rates))
+	for n := range rates {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		field := fmt.Sprintf("secret_rates[%q]", n)
+		if !slices.Contains(p.secrets, n) {
+			bad(field, "no grant injects a secret named %q (a rate is for a ${secret:NAME} of a grant's headers)", n)
+			continue
+		}
+		if rates[n] == nil {
+			bad(field, "give per_second (and burst)")
+			continue
+		}
+		r, b := parseRate(field, rates[n], bad)
+		p.secretRates[n] = secretRate{rate: r, burst: b}
+	}
 }
 
 // jsonMessage turns a decoding error into a message with a line number.

@@ -61,6 +61,10 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"token-ttl", grant(`, "token": {"ttl": "2h"}, "headers": {"A": "${token}"}`), "grants[1].token.ttl", "from 1s to 1h0m0s"},
 		{"tenant-name", `{"tenants": {"Acme": []}}`, `tenants["Acme"]`, "invalid tenant name"},
 		{"tenant-grant", `{"grants": [{"name": "a", "url": "https://a.example"}], "tenants": {"acme": ["a", "b"]}}`, `tenants["acme"][1]`, `no grant is named "b"`},
+		{"secret-rate-unused", `{"grants": [{"name": "g", "url": "https://a.example", "headers": {"A": "${secret:k}"}}], "secret_rates": {"other": {"per_second": 1}}}`,
+			`secret_rates["other"]`, `no grant injects a secret named "other"`},
+		{"secret-rate-bad", `{"grants": [{"name": "g", "url": "https://a.example", "headers": {"A": "${secret:k}"}}], "secret_rates": {"k": {"per_second": 0}}}`,
+			`secret_rates["k"].per_second`, "must be above 0"},
 	} {
 		_, err := broker.ParsePolicy([]byte(tc.policy))
 		require.Error(t, err, tc.name)

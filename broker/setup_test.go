@@ -56,7 +56,7 @@ const testPolicy = `{
   ],
   "tenants": {
     "acme": ["svc", "narrow", "limited", "quick", "tok", "other"],
-    "beta": ["beta-only"]
+    "beta": ["beta-only", "limited", "svc"]
   }
 }`
 
@@ -106,6 +106,10 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 // route answers the upstream's paths.
 func route(w http.ResponseWriter, r *http.Request) {
 	auth := r.Header.Get("Authorization")
+	if leak, ok := leakRoutes[strings.TrimPrefix(r.URL.Path, "/api")]; ok {
+		leak(w, r, auth)
+		return
+	}
 	switch strings.TrimPrefix(r.URL.Path, "/api") {
 	case "/echo": // an upstream that gives the credential back, every way it can
 		w.Header().Set("X-Echo", auth)

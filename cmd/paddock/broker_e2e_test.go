@@ -108,8 +108,9 @@ func brokerFleet(t *testing.T, canary, upstreamURL string, llmURL string, cert [
 	policy := fmt.Sprintf(`{"version": 1,
   "grants": [{"name": "upstream", "url": %q, "methods": ["GET", "POST"], "paths": ["/repos"],
     "headers": {"Authorization": "Bearer ${secret:upstream-token}"},
-    "max_request_bytes": 1024, "rate": {"per_second": 0.01, "burst": 4}}],
-  "tenants": {"dev": ["upstream"]}}`, upstreamURL)
+    "max_request_bytes": 1024, "rate": {"per_second": 0.01, "burst": 4}},
+    {"name": "heal-read", "url": %q, "paths": ["/repos"], "headers": {"Authorization": "Bearer ${secret:upstream-token}"}}],
+  "tenants": {"dev": ["upstream", "heal-read"]}}`, upstreamURL, upstreamURL)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "policy.json"), []byte(policy), 0o600))
 	secrets := filepath.Join(dir, "secrets")
 	require.NoError(t, os.Mkdir(secrets, 0o700))
@@ -178,9 +179,10 @@ func TestBrokerEndToEnd(t *testing.T) {
 	assert.Nil(t, none.Broker)
 
 	// A failing job healed by the LLM: its prompt holds the job's output,
-	// never the secret.
-	heal := job.Spec{ID: "brk-heal", Image: debianImage, Grants: []string{"upstream"}, Heal: &job.HealPolicy{Mode: job.HealLLM},
-		Command: "curl -sS --unix-socket /.paddock/broker.sock http://upstream/repos/x/y; echo; echo needs-fixing >&2; exit 3"}
+	// never the secret. (Its own grant: brk-1 used up the tenant's rate of
+	// "upstream", which every job of the tenant shares.)
+	heal := job.Spec{ID: "brk-heal", Image: debianImage, Grants: []string{"heal-read"}, Heal: &job.HealPolicy{Mode: job.HealLLM},
+		Command: "curl -sS --unix-socket /.paddock/broker.sock http://heal-read/repos/x/y; echo; echo needs-fixing >&2; exit 3"}
 	rh := submitSpec(t, s, heal)
 	assert.Equal(t, job.ReasonExitNonzero, rh.Reason, rh.Error)
 	require.Eventually(t, func() bool { return strings.Contains(prompts.String(), "needs-fixing") }, 30*time.Second, 50*time.Millisecond,

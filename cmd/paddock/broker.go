@@ -68,12 +68,15 @@ type fleetBroker struct {
 	policy  *broker.Policy
 	secrets secretSource
 	b       *broker.Broker
+	// limiter holds the grants' rate buckets: on the fleet's Redis for a
+	// worker (shared by every worker), nil (in process) otherwise.
+	limiter broker.Limiter
 }
 
 // startBroker loads the policy and, with serve (a worker), the secret
 // source and the broker; it reloads them on SIGHUP until ctx ends. Nil
 // without --broker-policy.
-func startBroker(ctx context.Context, bf *brokerFlags, serve bool, obs *observability, log *slog.Logger) (*fleetBroker, error) {
+func startBroker(ctx context.Context, bf *brokerFlags, serve bool, limiter broker.Limiter, obs *observability, log *slog.Logger) (*fleetBroker, error) {
 	if err := bf.check(); err != nil {
 		return nil, err
 	}
@@ -84,7 +87,7 @@ func startBroker(ctx context.Context, bf *brokerFlags, serve bool, obs *observab
 	if err != nil {
 		return nil, fmt.Errorf("--broker-policy: %w", err)
 	}
-	f := &fleetBroker{flags: *bf, log: log.With("component", "broker"), policy: pol}
+	f := &fleetBroker{flags: *bf, log: log.With("component", "broker"), policy: pol, limiter: limiter}
 	if serve {
 		if err := f.startServing(ctx, obs); err != nil {
 			return nil, err
@@ -126,7 +129,7 @@ func (f *fleetBroker) startServing(ctx context.Context, obs *observability) erro
 	if err != nil {
 		return err
 	}
-	f.b, err = broker.New(f.policy, f.secrets, broker.Config{Logger: f.log, SigningKey: key, HTTPClient: hc,
+	f.b, err = broker.New(f.policy, f.secrets, broker.Config{Logger: f.log, SigningKey: key, HTTPClient: hc, Limiter: f.limiter,
 		Tracer: obs.provider.TracerProvider().Tracer(broker.TracerName), Meter: obs.provider.MeterProvider().Meter(broker.TracerName)})
 	if err != nil {
 		return err

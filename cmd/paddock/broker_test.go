@@ -24,7 +24,7 @@ func TestBrokerPolicyReloadsOnHUP(t *testing.T) {
 	write("first")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f, err := startBroker(ctx, &brokerFlags{policy: path}, false, nil, slog.New(slog.DiscardHandler))
+	f, err := startBroker(ctx, &brokerFlags{policy: path}, false, nil, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NoError(t, f.Check("dev", []string{"first"}))
 	assert.Error(t, f.Check("dev", []string{"second"}))
@@ -40,6 +40,6 @@ func TestBrokerPolicyReloadsOnHUP(t *testing.T) {
 	assert.NoError(t, f.Check("dev", []string{"second"}), "a broken file keeps the policy in force")
 
 	// Flags that need a policy are refused without one.
-	_, err = startBroker(ctx, &brokerFlags{secretsDir: dir}, true, nil, slog.New(slog.DiscardHandler))
+	_, err = startBroker(ctx, &brokerFlags{secretsDir: dir}, true, nil, nil, slog.New(slog.DiscardHandler))
 	assert.ErrorContains(t, err, "need --broker-policy")
 }

@@ -135,7 +135,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	if auto {
 		autoSlots = fleetSlots(s.rdb, asynq.NewInspectorFromRedisClient(s.rdb))
 	}
-	fb, err := cf.loadBroker(ctx, false, obs, log)
+	fb, err := cf.loadBroker(ctx, false, nil, obs, log)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"github.com/paddockhq/paddock/broker"
 	pclient "github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
@@ -130,17 +131,18 @@ type capsFlags struct {
 
 // loadBroker returns this process's secrets broker (nil without
 // --broker-policy), loading it on first use; serve (a worker) also starts
-// the serving side.
-func (c *capsFlags) loadBroker(ctx context.Context, serve bool, obs *observability, log *slog.Logger) (*fleetBroker, error) {
+// the serving side, with its rate buckets in limiter (nil: in process).
+func (c *capsFlags) loadBroker(ctx context.Context, serve bool, limiter broker.Limiter, obs *observability, log *slog.Logger) (*fleetBroker, error) {
 	c.brokerMu.Lock()
 	defer c.brokerMu.Unlock()
 	if c.fleetBrk == nil {
-		f, err := startBroker(ctx, &c.broker, serve, obs, log)
+		f, err := startBroker(ctx, &c.broker, serve, limiter, obs, log)
 		if err != nil || f == nil {
 			return nil, err
 		}
 		c.fleetBrk = f
 	} else if serve && c.fleetBrk.b == nil {
+		c.fleetBrk.limiter = limiter
 		if err := c.fleetBrk.startServing(ctx, obs); err != nil {
 			return nil, err
 		}
@@ -312,7 +314,9 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 	if id == "" {
 		id = defaultWorkerID()
 	}
-	fb, err := cf.loadBroker(ctx, true, obs, log)
+	// The grants' rates hold for the whole fleet: their buckets are on
+	// Redis, shared by every worker (docs/broker.md, Rates).
+	fb, err := cf.loadBroker(ctx, true, broker.NewRedisLimiter(rdb, ""), obs, log)
 	if err != nil {
 		return nil, err
 	}

@@ -10,13 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/worker"
 )
 
-// An agent session's workspace: output spilled into it whole while the
-// result keeps head and tail, a byte quota the job cannot grow past (but
-// may shrink under), and a delete job that removes it.
-func TestSessionWorkspace(t *testing.T) {
-	s, root := volumeStack(t, 0)
+// An agent session's workspace on a worker that measures quotas by
+// walking the volume (--volume-quota=walk): output spilled into it whole
+// while the result keeps head and tail, a byte quota the job cannot grow
+// past (but may shrink under), and a delete job that removes it.
+func TestSessionWorkspaceWalk(t *testing.T) {
+	s, root := volumeStackQuota(t, 0, worker.QuotaWalk)
 	dir := filepath.Join(root, "default.sess-a")
 	vol := func() *job.Volume { return &job.Volume{Name: "sess-a", Mode: job.VolumeRW, MaxBytes: 4 << 20} }
 	// 200,000 lines: far past the result's head and tail, all in the spill.

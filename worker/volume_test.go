@@ -23,9 +23,18 @@ import (
 // volumeStack is a stack whose worker guards volumes under a temp root.
 func volumeStack(t *testing.T, ttl time.Duration) (*stack, string) {
 	t.Helper()
+	return volumeStackQuota(t, ttl, worker.QuotaKernel)
+}
+
+// volumeStackQuota is volumeStack with the given quota mode; the volume
+// filesystems it mounted are unmounted when the test ends.
+func volumeStackQuota(t *testing.T, ttl time.Duration, q worker.VolumeQuota) (*stack, string) {
+	t.Helper()
 	root := t.TempDir()
 	require.NoError(t, os.Chmod(root, 0o755))
+	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(root)) })
 	s := newStackRedis(t, func(c *worker.Config, rdb *redis.Client) {
+		c.VolumeQuota = q
 		c.Concurrency = 3
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{})
 		require.NoError(t, err)
@@ -158,7 +167,7 @@ func (s onMountedCreate) ContainerCreate(ctx context.Context, o client.Container
 }
 
 // A volume that goes past its quota while the container is still being
-// made ends the job as fsize, once: it is never handed back to the queue
+// made (walk mode) ends the job as fsize, once: it is never handed back to the queue
 // (a re-run would start from the bigger size and be let through).
 func TestVolumeQuotaWhileStarting(t *testing.T) {
 	var root string
@@ -168,7 +177,7 @@ func TestVolumeQuotaWhileStarting(t *testing.T) {
 		}, 2500 * time.Millisecond}
 	}
 	defer func() { wrapDocker = nil }()
-	s, r0 := volumeStack(t, 0)
+	s, r0 := volumeStackQuota(t, 0, worker.QuotaWalk) // a host-side write: the walk's case
 	root = r0
 	r := s.run(job.Spec{Command: "touch /workspace/ran", Volume: &job.Volume{Name: "grow", Mode: job.VolumeRW, MaxBytes: 1 << 20}})
 	assert.Equal(t, job.ReasonFsize, r.Reason, r.Error)

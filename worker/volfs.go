@@ -1,0 +1,465 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kernel-enforced volume quotas. Each volume a job writes to is a
+// filesystem of its own: an ext4 image, sparse, at <root>/.img/<name>.ext4
+// (never mounted into a box: a box sees its volume's directory only),
+// loop-mounted at <root>/<name>, the directory the box bind-mounts at
+// /workspace. Its writes then land on a filesystem the kernel holds to
+// its size, and ENOSPC is the kernel's answer to a job over its bound,
+// whatever the trick: a file deleted while open keeps its blocks
+// allocated, a sparse file allocates only what it writes (still counted),
+// a hard link adds no blocks, small files each take a block and an inode.
+//
+// The wall is exact per job, without unmounting: the filesystem holds a
+// reserve file, root's, in a root-owned 0700 directory the box can
+// neither enter, delete nor move (.paddock-quota/reserve), sized before
+// each job so that what the job may still write is its bound minus what
+// the volume holds. The image only grows (online, resize2fs) when a bound
+// rises past what it can hold. It stays mounted across jobs; a volume
+// delete unmounts it and removes the image. docs/threat-model.md, "Disk
+// quotas".
+
+// VolumeQuota is how a worker holds a volume to its byte bound.
+type VolumeQuota string
+
+const (
+	// QuotaKernel (the default) gives every rw volume a filesystem of its
+	// own sized to the bound (volfs.go). A worker that cannot mount one
+	// says so at start and refuses rw volume jobs with
+	// *QuotaUnavailableError.
+	QuotaKernel VolumeQuota = "kernel"
+	// QuotaWalk is the operator's explicit fallback for workers that cannot
+	// mount (no CAP_SYS_ADMIN or no loop devices): the volume is a plain
+	// directory measured by walking it, which a job can step around (a
+	// file deleted while open is not seen). Only volume.max_bytes bounds it.
+	QuotaWalk VolumeQuota = "walk"
+)
+
+// reserveDir and reserveFile hold the reserve, inside the volume's
+// filesystem.
+const (
+	reserveDir  = ".paddock-quota"
+	reserveFile = "reserve"
+	imgDirName  = ".img"
+)
+
+// QuotaUnavailableError: this worker cannot give volumes a filesystem of
+// their own (QuotaKernel), so it refuses jobs that write to a volume.
+type QuotaUnavailableError struct {
+	Root string // the volume root
+	Err  error  // why the probe failed
+}
+
+func (e *QuotaUnavailableError) Error() string {
+	return fmt.Sprintf("worker: volume quotas cannot be enforced by the kernel under %s: %v (the worker needs root with CAP_SYS_ADMIN, /dev/loop-control and e2fsprogs; or run it with --volume-quota=walk to accept a quota measured by walking the volume, which a job can step around)", e.Root, e.Err)
+}
+
+func (e *QuotaUnavailableError) Unwrap() error { return e.Err }
+
+// volumeFS makes, mounts, grows and removes the volumes' filesystems under
+// one volume root. Every operation on a volume runs under a flock of its
+// own (<root>/.img/<name>.lock), so workers sharing a host and the root
+// never mount one twice, read-only jobs (which take no volume lock)
+// included.
+type volumeFS struct {
+	root   string
+	imgDir string
+	uid    int // owner of a new filesystem's root directory
+	gid    int
+}
+
+// newVolumeFS returns the volumeFS of root, creating <root>/.img (0700).
+func newVolumeFS(root string) (*volumeFS, error) {
+	f := &volumeFS{root: root, imgDir: filepath.Join(root, imgDirName)}
+	if err := os.Mkdir(f.imgDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	if fi, err := os.Lstat(f.imgDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("worker: %s is not a directory", f.imgDir)
+	}
+	return f, nil
+}
+
+func (f *volumeFS) image(name string) string { return filepath.Join(f.imgDir, name+".ext4") }
+
+// lock takes the flock of volume name's filesystem; unlock with the
+// returned function.
+func (f *volumeFS) lock(ctx context.Context, name string) (func(), error) {
+	fd, err := unix.Open(filepath.Join(f.imgDir, name+".lock"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("worker: volume fs lock: %w", err)
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || ctx.Err() != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("worker: volume fs lock: %w", errors.Join(err, ctx.Err()))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// probe mounts a small filesystem of its own and removes it: whether this
+// worker can make volume filesystems at all.
+func (f *volumeFS) probe(ctx context.Context) error {
+	dir, err := os.MkdirTemp(f.imgDir, ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	img := dir + ".ext4"
+	defer os.Remove(img)
+	if err := makeImage(ctx, img, 1<<20, 0, 0); err != nil {
+		return err
+	}
+	if err := mountImage(ctx, img, dir); err != nil {
+		return err
+	}
+	return unmount(dir)
+}
+
+// mountedFS is a filesystem mounted at a volume's directory.
+type mountedFS struct {
+	dir    string
+	source string // the loop device
+	fstype string
+}
+
+// mountAt returns what is mounted at dir (the last mount there), if
+// anything, from /proc/self/mountinfo.
+func mountAt(dir string) (mountedFS, bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return mountedFS{}, false, err
+	}
+	var m mountedFS
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(tail) < 2 || unescapeMount(fields[4]) != dir {
+			continue
+		}
+		m, found = mountedFS{dir: dir, fstype: tail[0], source: tail[1]}, true
+	}
+	return m, found, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// run runs a tool of e2fsprogs or util-linux; its output is in the error.
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// makeImage makes an ext4 image of size bytes at img (sparse). No
+// journal: a journal costs 1 to 4 MiB of every small quota, and the image
+// is checked (e2fsck -p) before every mount, which repairs what a host
+// crash left. One inode per 16 KiB: many small files run out of blocks
+// or inodes, either is ENOSPC. No reserved blocks (-m 0): the reserve
+// file is the wall.
+func makeImage(ctx context.Context, img string, size int64, uid, gid int) error {
+	fd, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = fd.Truncate(size)
+	if cerr := fd.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-i", "16384",
+			"-E", fmt.Sprintf("root_owner=%d:%d", uid, gid), img)
+	}
+	if err != nil {
+		os.Remove(img)
+	}
+	return err
+}
+
+// mountImage checks img and loop-mounts it at dir: nosuid, nodev,
+// noatime; discard gives the host back the blocks of deleted files.
+func mountImage(ctx context.Context, img, dir string) error {
+	// -p repairs what is safe; exit 1 means it did.
+	if err := run(ctx, "e2fsck", "-p", img); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			return err
+		}
+	}
+	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard", img, dir)
+}
+
+// unmount unmounts dir; a mount some process still uses is detached (it
+// goes once unused, and the loop device with it).
+func unmount(dir string) error {
+	err := unix.Unmount(dir, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if err != nil {
+		return &os.PathError{Op: "umount", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// ensure mounts volume name's filesystem at dir unless it is there
+// already, making it (size bytes) if it does not exist and create is set
+// (rw). It reports whether dir holds the volume's filesystem now: false
+// for a read-only job on a volume that never had one. The caller holds
+// the volume's filesystem lock.
+func (f *volumeFS) ensure(ctx context.Context, name, dir string, size int64, create bool) (bool, error) {
+	m, ok, err := mountAt(dir)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		if m.fstype != "ext4" || !strings.HasPrefix(m.source, "/dev/loop") {
+			return false, fmt.Errorf("worker: %s has a %s filesystem from %s mounted on it, not its image", dir, m.fstype, m.source)
+		}
+		return true, nil
+	}
+	img := f.image(name)
+	switch _, err := os.Lstat(img); {
+	case err == nil:
+		return true, mountImage(ctx, img, dir)
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, err
+	case !create:
+		return false, nil
+	}
+	return true, f.create(ctx, img, dir, size)
+}
+
+// ErrVolumeNotEmpty: a volume directory holds files but has no image (a
+// walk-mode worker or an older Paddock made it); mounting would hide them.
+var ErrVolumeNotEmpty = errors.New("worker: the volume directory holds files but has no filesystem image; migrate it (docs/operations.md, \"Disk quotas\")")
+
+// create makes volume name's image (size bytes) and mounts it at dir,
+// whose owner and mode the filesystem's root takes. lost+found goes (e2fsck
+// makes one when it needs it); the reserve's directory comes.
+func (f *volumeFS) create(ctx context.Context, img, dir string, size int64) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	if names, err := readNames(dir, 1); err != nil || len(names) > 0 {
+		return errors.Join(ErrVolumeNotEmpty, err)
+	}
+	if err := makeImage(ctx, img, size, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	err := mountImage(ctx, img, dir)
+	if err == nil {
+		err = errors.Join(os.Chmod(dir, fs.FileMode(st.Mode&0o777)), os.Remove(filepath.Join(dir, "lost+found")),
+			os.Mkdir(filepath.Join(dir, reserveDir), 0o700))
+		if err != nil {
+			err = errors.Join(err, unmount(dir))
+		}
+	}
+	if err != nil {
+		os.Remove(img)
+	}
+	return err
+}
+
+func readNames(dir string, n int) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(n)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return names, err
+}
+
+// remove unmounts volume name's filesystem from dir and removes its image
+// (both if present). The caller holds the volume's filesystem lock.
+func (f *volumeFS) remove(name, dir string) error {
+	_, ok, err := mountAt(dir)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := unmount(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(f.image(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// fsSpace is a volume filesystem's space as a job sees it.
+type fsSpace struct {
+	used    int64 // the job's bytes: every allocated block, the reserve's excepted
+	avail   int64 // what a job may still write
+	reserve int64 // the reserve's bytes
+	bsize   int64
+}
+
+func spaceOf(dir string) (fsSpace, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fsSpace{}, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	var rs unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dir, reserveDir, reserveFile), &rs); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fsSpace{}, &os.PathError{Op: "lstat", Path: reserveFile, Err: err}
+	}
+	bs := st.Frsize
+	reserve := rs.Blocks * 512
+	return fsSpace{used: (int64(st.Blocks)-int64(st.Bfree))*bs - reserve, avail: int64(st.Bavail) * bs, reserve: reserve, bsize: bs}, nil
+}
+
+// setWall makes wall bytes what a job may hold on the filesystem at dir
+// (what it holds plus what it may still write): the reserve takes the
+// rest, and the image grows if it cannot hold wall. img is its image.
+func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, error) {
+	for range 8 {
+		sp, err := spaceOf(dir)
+		if err != nil {
+			return sp, err
+		}
+		want := max(wall-sp.used, 0) // what the job should be able to write
+		if sp.avail <= want && want-sp.avail <= wallSlack(sp) {
+			return sp, nil // never over, short by a few blocks at most
+		}
+		if room := sp.reserve + sp.avail; room < want {
+			if err := grow(ctx, img, dir, want-room); err != nil {
+				return sp, err
+			}
+			continue
+		}
+		if err := sizeReserve(dir, sp.reserve+sp.avail-want); err != nil {
+			return sp, err
+		}
+	}
+	return fsSpace{}, fmt.Errorf("worker: the wall of %s did not settle at %d bytes", dir, wall)
+}
+
+// sizeReserve makes the reserve file hold n bytes of blocks.
+func sizeReserve(dir string, n int64) error {
+	f, err := os.OpenFile(filepath.Join(dir, reserveDir, reserveFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(n); err != nil {
+		return err
+	}
+	if n > 0 {
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, n); err != nil {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+	}
+	return f.Close()
+}
+
+// grow adds at least extra bytes to what the filesystem at dir can hold:
+// the image grows (sparse), the loop device learns its new size, and
+// resize2fs grows the mounted filesystem.
+func grow(ctx context.Context, img, dir string, extra int64) error {
+	m, ok, err := mountAt(dir)
+	if err != nil || !ok {
+		return errors.Join(fmt.Errorf("worker: grow %s: not mounted", dir), err)
+	}
+	fi, err := os.Stat(img)
+	if err != nil {
+		return err
+	}
+	// Metadata takes ~4%: ask for a sixteenth more, in whole MiB.
+	size := (fi.Size() + extra + extra/16 + 2<<20) &^ (1<<20 - 1)
+	if err := os.Truncate(img, size); err != nil {
+		return err
+	}
+	if err := run(ctx, "losetup", "-c", m.source); err != nil {
+		return err
+	}
+	return run(ctx, "resize2fs", m.source)
+}
+
+// imageSize is the first size of an image that should hold bound bytes
+// (setWall grows it if that falls short).
+func imageSize(bound int64) int64 {
+	return max((bound+bound/16+(1<<20))&^(1<<20-1), 2<<20)
+}
+
+// wallSlack is how far under its wall a job's room may be: the reserve
+// grows in whole blocks, and its extent tree takes a block now and then.
+func wallSlack(sp fsSpace) int64 { return 4 * sp.bsize }
+
+// UnmountVolumes unmounts every filesystem mounted under the volume root
+// (the images stay, and the next job of each volume mounts its own
+// again): for a host that stops serving root, and for tests.
+func UnmountVolumes(root string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	prefix := filepath.Clean(root) + string(filepath.Separator)
+	for line := range strings.Lines(string(b)) {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		if dir := unescapeMount(fields[4]); strings.HasPrefix(dir, prefix) {
+			errs = append(errs, unmount(dir))
+		}
+	}
+	return errors.Join(errs...)
+}

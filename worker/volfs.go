@@ -367,32 +367,47 @@ func spaceOf(dir string) (fsSpace, error) {
 
 // setWall makes wall bytes what a job may hold on the filesystem at dir
 // (what it holds plus what it may still write): the reserve takes the
-// rest, and the image grows if it cannot hold wall. img is its image.
-func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, error) {
+// rest. An image too small for wall (the operator raised
+// VolumeMaxBytes after it was made) grows online; where it cannot
+// (resize2fs needs CAP_SYS_RESOURCE), the wall is what it holds, and
+// setWall returns that lower wall with errNoGrow.
+func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, int64, error) {
+	var growErr error
+	var sp fsSpace
 	for range 8 {
-		sp, err := spaceOf(dir)
+		var err error
+		sp, err = spaceOf(dir)
 		if err != nil {
-			return sp, err
+			return sp, wall, err
 		}
 		want := max(wall-sp.used, 0) // what the job should be able to write
 		if sp.avail <= want && want-sp.avail <= wallSlack(sp) {
-			return sp, nil // never over, short by a few blocks at most
+			return sp, wall, growErr // never over, short by a few blocks at most
 		}
 		if room := sp.reserve + sp.avail; room < want {
-			if err := grow(ctx, img, dir, want-room); err != nil {
-				return sp, err
+			if growErr == nil {
+				growErr = grow(ctx, img, dir, want-room)
+			}
+			if growErr != nil {
+				growErr = fmt.Errorf("%w: %w", errNoGrow, growErr)
+				wall = sp.used + room
 			}
 			continue
 		}
-		if err := sizeReserve(dir, sp.reserve+sp.avail-want); err != nil {
-			return sp, err
+		if err := sizeReserve(dir, sp.reserve+sp.avail-want, sp.bsize); err != nil {
+			return sp, wall, err
 		}
 	}
-	return fsSpace{}, fmt.Errorf("worker: the wall of %s did not settle at %d bytes", dir, wall)
+	return sp, wall, fmt.Errorf("worker: the wall of %s did not settle at %d bytes (%d used, %d free, %d reserved)", dir, wall, sp.used, sp.avail, sp.reserve)
 }
 
-// sizeReserve makes the reserve file hold n bytes of blocks.
-func sizeReserve(dir string, n int64) error {
+// errNoGrow: a volume's image could not grow to its job's bound.
+var errNoGrow = errors.New("worker: the volume's image could not grow")
+
+// sizeReserve makes the reserve file hold n bytes of blocks. ext4 may
+// refuse one large fallocate near full (ENOSPC with room left, the free
+// space in small pieces): a refused chunk is halved down to a block.
+func sizeReserve(dir string, n, bsize int64) error {
 	f, err := os.OpenFile(filepath.Join(dir, reserveDir, reserveFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
@@ -401,8 +416,14 @@ func sizeReserve(dir string, n int64) error {
 	if err := f.Truncate(n); err != nil {
 		return err
 	}
-	if n > 0 {
-		if err := unix.Fallocate(int(f.Fd()), 0, 0, n); err != nil {
+	for off, chunk := int64(0), n; off < n && chunk >= bsize; {
+		l := min(chunk, n-off)
+		switch err := unix.Fallocate(int(f.Fd()), 0, off, l); {
+		case err == nil:
+			off += l
+		case err == unix.ENOSPC:
+			chunk /= 2
+		default:
 			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
 		}
 	}

@@ -144,14 +144,21 @@ func (w *Worker) mountVolume(ctx context.Context, r *jobRun, name string, mode l
 	defer unlock()
 	v := r.vol
 	bound := cmp.Or(v.maxBytes, w.cfg.VolumeMaxBytes)
-	mounted, err := w.vfs.ensure(ctx, name, v.dir, imageSize(bound), mode == locks.RW)
+	// Every image is made to hold the worker's cap, whatever the job's
+	// bound (it is sparse: the host holds only what is written), so a
+	// later job's higher bound needs no resize.
+	mounted, err := w.vfs.ensure(ctx, name, v.dir, imageSize(w.cfg.VolumeMaxBytes), mode == locks.RW)
 	if err != nil || !mounted || mode != locks.RW {
 		return err
 	}
 	sp, err := spaceOf(v.dir)
 	if err == nil {
 		v.start, v.limit = sp.used, max(bound, sp.used)
-		sp, err = setWall(ctx, w.vfs.image(name), v.dir, v.limit)
+		sp, v.limit, err = setWall(ctx, w.vfs.image(name), v.dir, v.limit)
+	}
+	if errors.Is(err, errNoGrow) {
+		r.log.WarnContext(ctx, "the volume's image is smaller than the job's bound (made under a lower --volume-max-bytes) and cannot grow online: the job gets what it holds", "volume", name, "wall", v.limit, "err", err)
+		err = nil
 	}
 	if err != nil {
 		return err

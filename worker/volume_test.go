@@ -26,6 +26,10 @@ func volumeStack(t *testing.T, ttl time.Duration) (*stack, string) {
 	return volumeStackQuota(t, ttl, worker.QuotaKernel)
 }
 
+// volumeCap is the worker's cap on volumes in these tests: every volume
+// image is made to hold it.
+const volumeCap = 64 << 20
+
 // volumeStackQuota is volumeStack with the given quota mode; the volume
 // filesystems it mounted are unmounted when the test ends.
 func volumeStackQuota(t *testing.T, ttl time.Duration, q worker.VolumeQuota) (*stack, string) {
@@ -35,6 +39,7 @@ func volumeStackQuota(t *testing.T, ttl time.Duration, q worker.VolumeQuota) (*s
 	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(root)) })
 	s := newStackRedis(t, func(c *worker.Config, rdb *redis.Client) {
 		c.VolumeQuota = q
+		c.VolumeMaxBytes = volumeCap
 		c.Concurrency = 3
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{})
 		require.NoError(t, err)

@@ -83,8 +83,6 @@ func (e *QuotaUnavailableError) Unwrap() error { return e.Err }
 type volumeFS struct {
 	root   string
 	imgDir string
-	uid    int // owner of a new filesystem's root directory
-	gid    int
 }
 
 // newVolumeFS returns the volumeFS of root, creating <root>/.img (0700).

@@ -445,10 +445,16 @@ func grow(ctx context.Context, img, dir string, extra int64) error {
 	if err := os.Truncate(img, size); err != nil {
 		return err
 	}
-	if err := run(ctx, "losetup", "-c", m.source); err != nil {
-		return err
+	err = run(ctx, "losetup", "-c", m.source)
+	if err == nil {
+		err = run(ctx, "resize2fs", m.source)
 	}
-	return run(ctx, "resize2fs", m.source)
+	if err != nil {
+		// The filesystem did not grow: nor does the image (the bound on the
+		// host's disk), which holds nothing past the old size.
+		err = errors.Join(err, os.Truncate(img, fi.Size()), run(context.WithoutCancel(ctx), "losetup", "-c", m.source))
+	}
+	return err
 }
 
 // imageSize is the first size of an image that should hold bound bytes

@@ -66,6 +66,11 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 	r.profile.Mounts = []sandbox.Mount{{Source: held.Dir(), Target: sandbox.WorkspaceDir, ReadOnly: mode == locks.RO}}
 	r.vol = &volumeRun{dir: held.Dir(), maxBytes: v.MaxBytes, delete: v.Delete}
 	if err := w.mountVolume(ctx, r, VolumeName(r.spec), mode); err != nil {
+		// The error names host paths: the tenant is told the reason only.
+		r.log.ErrorContext(ctx, "volume filesystem not mounted", "err", err)
+		if !errors.Is(err, ErrVolumeNotEmpty) {
+			err = errVolumeMount
+		}
 		return w.infraFail(ctx, r, err)
 	}
 	if mode == locks.RW {
@@ -84,6 +89,10 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 	}
 	return run(ctx, r)
 }
+
+// errVolumeMount is a job's answer when its volume's filesystem could
+// not be mounted (the worker's log has why).
+var errVolumeMount = errors.New("worker: the volume's filesystem could not be made or mounted (the worker's log says why)")
 
 // startVolumeFS readies kernel quotas (QuotaKernel on a worker with a
 // volume root): it mounts a probe filesystem, and says loudly when it

@@ -103,3 +103,47 @@ func TestVolumeFSUnprivileged(t *testing.T) {
 	assert.Contains(t, w.refuseVolume(&job.Volume{Name: "x"}, locks.RW), "cannot hold volumes to a byte quota")
 	assert.Empty(t, w.refuseVolume(&job.Volume{Name: "x", Mode: job.VolumeRO}, locks.RO))
 }
+
+// BenchmarkVolumeFSMake is what a new volume costs: mkfs of an image made
+// to hold 1 GiB, e2fsck, mount, the wall set; then unmount and remove.
+func BenchmarkVolumeFSMake(b *testing.B) {
+	root := b.TempDir()
+	b.Cleanup(func() { _ = UnmountVolumes(root) })
+	f, err := newVolumeFS(root)
+	require.NoError(b, err)
+	dir := filepath.Join(root, "v")
+	for b.Loop() {
+		require.NoError(b, os.Mkdir(dir, 0o750))
+		_, err := f.ensure(b.Context(), "v", dir, imageSize(1<<30), true)
+		require.NoError(b, err)
+		_, _, err = setWall(b.Context(), f.image("v"), dir, 256<<20)
+		require.NoError(b, err)
+		require.NoError(b, f.remove("v", dir))
+		require.NoError(b, os.Remove(dir))
+	}
+}
+
+// BenchmarkVolumeFSReuse is what every later job of a volume costs: the
+// lock, the mount found in mountinfo, the wall set again.
+func BenchmarkVolumeFSReuse(b *testing.B) {
+	root := b.TempDir()
+	b.Cleanup(func() { _ = UnmountVolumes(root) })
+	f, err := newVolumeFS(root)
+	require.NoError(b, err)
+	dir := filepath.Join(root, "v")
+	require.NoError(b, os.Mkdir(dir, 0o750))
+	_, err = f.ensure(b.Context(), "v", dir, imageSize(1<<30), true)
+	require.NoError(b, err)
+	walls := []int64{256 << 20, 128 << 20}
+	i := 0
+	for b.Loop() {
+		unlock, err := f.lock(b.Context(), "v")
+		require.NoError(b, err)
+		_, err = f.ensure(b.Context(), "v", dir, imageSize(1<<30), true)
+		require.NoError(b, err)
+		_, _, err = setWall(b.Context(), f.image("v"), dir, walls[i%2])
+		require.NoError(b, err)
+		unlock()
+		i++
+	}
+}

@@ -173,6 +173,7 @@ type volumeRun struct {
 	// kills the job; full is set when a look found it at its wall (less
 	// than slack bytes of room left).
 	fs    bool
+	mnt   string // where the worker sees the whole filesystem (volfs.go)
 	slack int64
 	full  atomic.Bool
 }
@@ -193,7 +194,7 @@ func watchFull(ctx context.Context, v *volumeRun, interval time.Duration) (_ con
 				return
 			case <-t.C:
 			}
-			if sp, err := spaceOf(v.dir); err == nil && sp.avail < v.slack {
+			if sp, err := spaceOf(v.mnt); err == nil && sp.avail < v.slack {
 				v.full.Store(true)
 			}
 		}
@@ -213,7 +214,7 @@ const enospc = "No space left on device"
 // mislabel its own failure).
 func (w *Worker) settleFS(ctx context.Context, r *jobRun, reason job.Reason) job.Reason {
 	v := r.vol
-	sp, err := spaceOf(v.dir)
+	sp, err := spaceOf(v.mnt)
 	if err != nil {
 		r.log.WarnContext(ctx, "volume not measured", "err", err)
 		return reason

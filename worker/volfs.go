@@ -20,22 +20,23 @@ import (
 )
 
 // Kernel-enforced volume quotas. Each volume a job writes to is a
-// filesystem of its own: an ext4 image, sparse, at <root>/.img/<name>.ext4
-// (never mounted into a box: a box sees its volume's directory only),
-// loop-mounted at <root>/<name>, the directory the box bind-mounts at
-// /workspace. Its writes then land on a filesystem the kernel holds to
-// its size, and ENOSPC is the kernel's answer to a job over its bound,
-// whatever the trick: a file deleted while open keeps its blocks
-// allocated, a sparse file allocates only what it writes (still counted),
-// a hard link adds no blocks, small files each take a block and an inode.
+// filesystem of its own: a sparse ext4 image at <root>/.img/<name>.ext4,
+// loop-mounted at <root>/.img/<name>.mnt (root's, 0700 on the way: no box
+// ever sees it), whose directory data/ is bind-mounted at <root>/<name>,
+// the directory a box bind-mounts at /workspace. A job's writes land on a
+// filesystem the kernel holds to its size, and ENOSPC is the kernel's
+// answer past its bound, whatever the trick: a file deleted while open
+// keeps its blocks, a sparse file allocates what it writes (each block
+// counted), a hard link adds no blocks, each small file takes a block
+// and an inode.
 //
-// The wall is exact per job, without unmounting: the filesystem holds a
-// reserve file, root's, in a root-owned 0700 directory the box can
-// neither enter, delete nor move (.paddock-quota/reserve), sized before
-// each job so that what the job may still write is its bound minus what
-// the volume holds. The image only grows (online, resize2fs) when a bound
-// rises past what it can hold. It stays mounted across jobs; a volume
-// delete unmounts it and removes the image. docs/threat-model.md, "Disk
+// The wall is exact per job, without unmounting or resizing: beside
+// data/, out of every box's sight, the filesystem holds root's reserve
+// file, sized before each job so that what the job may still write is its
+// bound minus what the volume holds. The image is made to hold the
+// worker's cap and only grows (resize2fs online) if the cap was raised
+// after it was made. The mounts stay across jobs; deleting the volume
+// unmounts them and removes the image. docs/threat-model.md, "Disk
 // quotas".
 
 // VolumeQuota is how a worker holds a volume to its byte bound.
@@ -54,10 +55,10 @@ const (
 	QuotaWalk VolumeQuota = "walk"
 )
 
-// reserveDir and reserveFile hold the reserve, inside the volume's
-// filesystem.
+// The layout inside a volume's filesystem: the job's data/ and root's
+// reserve beside it.
 const (
-	reserveDir  = ".paddock-quota"
+	dataDir     = "data"
 	reserveFile = "reserve"
 	imgDirName  = ".img"
 )
@@ -99,6 +100,9 @@ func newVolumeFS(root string) (*volumeFS, error) {
 
 func (f *volumeFS) image(name string) string { return filepath.Join(f.imgDir, name+".ext4") }
 
+// mnt is where volume name's filesystem is mounted, for the worker only.
+func (f *volumeFS) mnt(name string) string { return filepath.Join(f.imgDir, name+".mnt") }
+
 // lock takes the flock of volume name's filesystem; unlock with the
 // returned function.
 func (f *volumeFS) lock(ctx context.Context, name string) (func(), error) {
@@ -132,7 +136,7 @@ func (f *volumeFS) probe(ctx context.Context) error {
 	defer os.RemoveAll(dir)
 	img := dir + ".ext4"
 	defer os.Remove(img)
-	if err := makeImage(ctx, img, 1<<20, 0, 0); err != nil {
+	if err := makeImage(ctx, img, 1<<20); err != nil {
 		return err
 	}
 	if err := mountImage(ctx, img, dir); err != nil {
@@ -144,6 +148,7 @@ func (f *volumeFS) probe(ctx context.Context) error {
 // mountedFS is a filesystem mounted at a volume's directory.
 type mountedFS struct {
 	dir    string
+	root   string // the directory of the filesystem mounted there
 	source string // the loop device
 	fstype string
 }
@@ -166,7 +171,7 @@ func mountAt(dir string) (mountedFS, bool, error) {
 		if !ok || len(fields) < 5 || len(tail) < 2 || unescapeMount(fields[4]) != dir {
 			continue
 		}
-		m, found = mountedFS{dir: dir, fstype: tail[0], source: tail[1]}, true
+		m, found = mountedFS{dir: dir, root: unescapeMount(fields[3]), fstype: tail[0], source: tail[1]}, true
 	}
 	return m, found, sc.Err()
 }
@@ -205,7 +210,7 @@ func run(ctx context.Context, name string, args ...string) error {
 // crash left. One inode per 16 KiB: many small files run out of blocks
 // or inodes, either is ENOSPC. No reserved blocks (-m 0): the reserve
 // file is the wall.
-func makeImage(ctx context.Context, img string, size int64, uid, gid int) error {
+func makeImage(ctx context.Context, img string, size int64) error {
 	fd, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -215,8 +220,7 @@ func makeImage(ctx context.Context, img string, size int64, uid, gid int) error 
 		err = cerr
 	}
 	if err == nil {
-		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-i", "16384",
-			"-E", fmt.Sprintf("root_owner=%d:%d", uid, gid), img)
+		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-i", "16384", img)
 	}
 	if err != nil {
 		os.Remove(img)
@@ -227,6 +231,9 @@ func makeImage(ctx context.Context, img string, size int64, uid, gid int) error 
 // mountImage checks img and loop-mounts it at dir: nosuid, nodev,
 // noatime; discard gives the host back the blocks of deleted files.
 func mountImage(ctx context.Context, img, dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
 	// -p repairs what is safe; exit 1 means it did.
 	if err := run(ctx, "e2fsck", "-p", img); err != nil {
 		var ee *exec.ExitError
@@ -250,42 +257,88 @@ func unmount(dir string) error {
 	return nil
 }
 
-// ensure mounts volume name's filesystem at dir unless it is there
-// already, making it (size bytes) if it does not exist and create is set
-// (rw). It reports whether dir holds the volume's filesystem now: false
-// for a read-only job on a volume that never had one. The caller holds
-// the volume's filesystem lock.
+// ensure mounts volume name's filesystem and binds its data at dir,
+// what is not there already, making the filesystem (an image of size
+// bytes) if it does not exist and create is set (rw). It reports whether
+// dir holds the volume's data now: false for a read-only job on a volume
+// that never had a filesystem. The caller holds the volume's filesystem
+// lock.
 func (f *volumeFS) ensure(ctx context.Context, name, dir string, size int64, create bool) (bool, error) {
-	m, ok, err := mountAt(dir)
-	if err != nil {
+	fsm, ok, err := f.mountFS(ctx, name, dir, size, create)
+	if err != nil || !ok {
 		return false, err
 	}
-	if ok {
-		if m.fstype != "ext4" || !strings.HasPrefix(m.source, "/dev/loop") {
-			return false, fmt.Errorf("worker: %s has a %s filesystem from %s mounted on it, not its image", dir, m.fstype, m.source)
-		}
+	m, ok, err := mountAt(dir)
+	switch {
+	case err != nil:
+		return false, err
+	case ok && (m.source != fsm.source || m.root != "/"+dataDir):
+		return false, fmt.Errorf("worker: %s has %s of %s mounted on it, not its filesystem's data", dir, m.root, m.source)
+	case ok:
 		return true, nil
 	}
-	img := f.image(name)
+	src := filepath.Join(f.mnt(name), dataDir)
+	if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {
+		return false, &os.PathError{Op: "mount --bind " + src, Path: dir, Err: err}
+	}
+	return true, nil
+}
+
+// mountFS mounts volume name's filesystem at its mnt unless it is there,
+// making it if it does not exist and create is set; it reports whether
+// the filesystem is mounted now.
+func (f *volumeFS) mountFS(ctx context.Context, name, dir string, size int64, create bool) (mountedFS, bool, error) {
+	mnt, img := f.mnt(name), f.image(name)
+	if m, ok, err := mountAt(mnt); err != nil || ok {
+		if ok && (m.fstype != "ext4" || !strings.HasPrefix(m.source, "/dev/loop")) {
+			err = fmt.Errorf("worker: %s has a %s filesystem from %s mounted on it, not its image", mnt, m.fstype, m.source)
+		}
+		return m, ok && err == nil, err
+	}
 	switch _, err := os.Lstat(img); {
 	case err == nil:
-		return true, mountImage(ctx, img, dir)
+		if d, ok, err := mountAt(dir); err != nil || ok {
+			// Its data is bound at dir but the filesystem's own mount went
+			// (an operator's umount): mount the same device again, never
+			// the image through a second loop device (two kernels' views
+			// of one filesystem would corrupt it).
+			if err == nil {
+				if err = os.Mkdir(mnt, 0o700); errors.Is(err, fs.ErrExist) {
+					err = nil
+				}
+			}
+			if err == nil {
+				err = unix.Mount(d.source, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "discard")
+			}
+			if err != nil {
+				return mountedFS{}, false, err
+			}
+		} else if err := mountImage(ctx, img, mnt); err != nil {
+			return mountedFS{}, false, err
+		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return false, err
+		return mountedFS{}, false, err
 	case !create:
-		return false, nil
+		return mountedFS{}, false, nil
+	default:
+		if err := f.create(ctx, img, mnt, dir, size); err != nil {
+			return mountedFS{}, false, err
+		}
 	}
-	return true, f.create(ctx, img, dir, size)
+	m, ok, err := mountAt(mnt)
+	if err == nil && !ok {
+		err = fmt.Errorf("worker: %s is not mounted after its mount", mnt)
+	}
+	return m, ok, err
 }
 
 // ErrVolumeNotEmpty: a volume directory holds files but has no image (a
 // walk-mode worker or an older Paddock made it); mounting would hide them.
 var ErrVolumeNotEmpty = errors.New("worker: the volume directory holds files but has no filesystem image; migrate it (docs/operations.md, \"Disk quotas\")")
 
-// create makes volume name's image (size bytes) and mounts it at dir,
-// whose owner and mode the filesystem's root takes. lost+found goes (e2fsck
-// makes one when it needs it); the reserve's directory comes.
-func (f *volumeFS) create(ctx context.Context, img, dir string, size int64) error {
+// create makes volume name's image (size bytes), mounts it at mnt and
+// makes its data directory with dir's owner and mode.
+func (f *volumeFS) create(ctx context.Context, img, mnt, dir string, size int64) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
 		return &os.PathError{Op: "lstat", Path: dir, Err: err}
@@ -293,15 +346,15 @@ func (f *volumeFS) create(ctx context.Context, img, dir string, size int64) erro
 	if names, err := readNames(dir, 1); err != nil || len(names) > 0 {
 		return errors.Join(ErrVolumeNotEmpty, err)
 	}
-	if err := makeImage(ctx, img, size, int(st.Uid), int(st.Gid)); err != nil {
+	if err := makeImage(ctx, img, size); err != nil {
 		return err
 	}
-	err := mountImage(ctx, img, dir)
+	err := mountImage(ctx, img, mnt)
 	if err == nil {
-		err = errors.Join(os.Chmod(dir, fs.FileMode(st.Mode&0o777)), os.Remove(filepath.Join(dir, "lost+found")),
-			os.Mkdir(filepath.Join(dir, reserveDir), 0o700))
+		data := filepath.Join(mnt, dataDir)
+		err = errors.Join(os.Mkdir(data, 0o700), os.Chown(data, int(st.Uid), int(st.Gid)), os.Chmod(data, fs.FileMode(st.Mode&0o777)))
 		if err != nil {
-			err = errors.Join(err, unmount(dir))
+			err = errors.Join(err, unmount(mnt))
 		}
 	}
 	if err != nil {
@@ -323,20 +376,23 @@ func readNames(dir string, n int) ([]string, error) {
 	return names, err
 }
 
-// remove unmounts volume name's filesystem from dir and removes its image
-// (both if present). The caller holds the volume's filesystem lock.
+// remove unmounts volume name's data from dir and its filesystem, and
+// removes its image (what is there of them). The caller holds the
+// volume's filesystem lock.
 func (f *volumeFS) remove(name, dir string) error {
-	_, ok, err := mountAt(dir)
-	if err != nil {
-		return err
-	}
-	if ok {
-		if err := unmount(dir); err != nil {
+	for _, d := range []string{dir, f.mnt(name)} {
+		_, ok, err := mountAt(d)
+		if err == nil && ok {
+			err = unmount(d)
+		}
+		if err != nil {
 			return err
 		}
 	}
-	if err := os.Remove(f.image(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	for _, p := range []string{f.image(name), f.mnt(name)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }
@@ -349,13 +405,14 @@ type fsSpace struct {
 	bsize   int64
 }
 
-func spaceOf(dir string) (fsSpace, error) {
+// spaceOf measures the filesystem mounted at mnt (a volumeFS's mnt).
+func spaceOf(mnt string) (fsSpace, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fsSpace{}, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	if err := unix.Statfs(mnt, &st); err != nil {
+		return fsSpace{}, &os.PathError{Op: "statfs", Path: mnt, Err: err}
 	}
 	var rs unix.Stat_t
-	if err := unix.Lstat(filepath.Join(dir, reserveDir, reserveFile), &rs); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unix.Lstat(filepath.Join(mnt, reserveFile), &rs); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fsSpace{}, &os.PathError{Op: "lstat", Path: reserveFile, Err: err}
 	}
 	bs := st.Frsize
@@ -363,18 +420,18 @@ func spaceOf(dir string) (fsSpace, error) {
 	return fsSpace{used: (int64(st.Blocks)-int64(st.Bfree))*bs - reserve, avail: int64(st.Bavail) * bs, reserve: reserve, bsize: bs}, nil
 }
 
-// setWall makes wall bytes what a job may hold on the filesystem at dir
+// setWall makes wall bytes what a job may hold on the filesystem at mnt
 // (what it holds plus what it may still write): the reserve takes the
 // rest. An image too small for wall (the operator raised
 // VolumeMaxBytes after it was made) grows online; where it cannot
 // (resize2fs needs CAP_SYS_RESOURCE), the wall is what it holds, and
 // setWall returns that lower wall with errNoGrow.
-func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, int64, error) {
+func setWall(ctx context.Context, img, mnt string, wall int64) (fsSpace, int64, error) {
 	var growErr error
 	var sp fsSpace
 	for range 8 {
 		var err error
-		sp, err = spaceOf(dir)
+		sp, err = spaceOf(mnt)
 		if err != nil {
 			return sp, wall, err
 		}
@@ -384,7 +441,7 @@ func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, int64, 
 		}
 		if room := sp.reserve + sp.avail; room < want {
 			if growErr == nil {
-				growErr = grow(ctx, img, dir, want-room)
+				growErr = grow(ctx, img, mnt, want-room)
 			}
 			if growErr != nil {
 				growErr = fmt.Errorf("%w: %w", errNoGrow, growErr)
@@ -392,21 +449,22 @@ func setWall(ctx context.Context, img, dir string, wall int64) (fsSpace, int64, 
 			}
 			continue
 		}
-		if err := sizeReserve(dir, sp.reserve+sp.avail-want, sp.bsize); err != nil {
+		if err := sizeReserve(mnt, sp.reserve+sp.avail-want, sp.bsize); err != nil {
 			return sp, wall, err
 		}
 	}
-	return sp, wall, fmt.Errorf("worker: the wall of %s did not settle at %d bytes (%d used, %d free, %d reserved)", dir, wall, sp.used, sp.avail, sp.reserve)
+	return sp, wall, fmt.Errorf("worker: the wall of %s did not settle at %d bytes (%d used, %d free, %d reserved)", mnt, wall, sp.used, sp.avail, sp.reserve)
 }
 
 // errNoGrow: a volume's image could not grow to its job's bound.
 var errNoGrow = errors.New("worker: the volume's image could not grow")
 
-// sizeReserve makes the reserve file hold n bytes of blocks. ext4 may
+// sizeReserve makes the reserve file of the filesystem at mnt hold n
+// bytes of blocks. ext4 may
 // refuse one large fallocate near full (ENOSPC with room left, the free
 // space in small pieces): a refused chunk is halved down to a block.
-func sizeReserve(dir string, n, bsize int64) error {
-	f, err := os.OpenFile(filepath.Join(dir, reserveDir, reserveFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+func sizeReserve(mnt string, n, bsize int64) error {
+	f, err := os.OpenFile(filepath.Join(mnt, reserveFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -428,13 +486,13 @@ func sizeReserve(dir string, n, bsize int64) error {
 	return f.Close()
 }
 
-// grow adds at least extra bytes to what the filesystem at dir can hold:
+// grow adds at least extra bytes to what the filesystem at mnt can hold:
 // the image grows (sparse), the loop device learns its new size, and
 // resize2fs grows the mounted filesystem.
-func grow(ctx context.Context, img, dir string, extra int64) error {
-	m, ok, err := mountAt(dir)
+func grow(ctx context.Context, img, mnt string, extra int64) error {
+	m, ok, err := mountAt(mnt)
 	if err != nil || !ok {
-		return errors.Join(fmt.Errorf("worker: grow %s: not mounted", dir), err)
+		return errors.Join(fmt.Errorf("worker: grow %s: not mounted", mnt), err)
 	}
 	fi, err := os.Stat(img)
 	if err != nil {
@@ -467,24 +525,25 @@ func imageSize(bound int64) int64 {
 // grows in whole blocks, and its extent tree takes a block now and then.
 func wallSlack(sp fsSpace) int64 { return 4 * sp.bsize }
 
-// UnmountVolumes unmounts every filesystem mounted under the volume root
-// (the images stay, and the next job of each volume mounts its own
-// again): for a host that stops serving root, and for tests.
+// UnmountVolumes unmounts every filesystem mounted under the volume root,
+// the last mounted first (the images stay, and the next job of each
+// volume mounts its own again): for a host that stops serving root, and
+// for tests.
 func UnmountVolumes(root string) error {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var dirs []string
 	prefix := filepath.Clean(root) + string(filepath.Separator)
 	for line := range strings.Lines(string(b)) {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
+		if fields := strings.Fields(line); len(fields) >= 5 && strings.HasPrefix(unescapeMount(fields[4]), prefix) {
+			dirs = append(dirs, unescapeMount(fields[4]))
 		}
-		if dir := unescapeMount(fields[4]); strings.HasPrefix(dir, prefix) {
-			errs = append(errs, unmount(dir))
-		}
+	}
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		errs = append(errs, unmount(dirs[i]))
 	}
 	return errors.Join(errs...)
 }

@@ -62,8 +62,10 @@ func TestVolumeFSMountRace(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 1, mounts(t, dir), "the volume is mounted exactly once")
-	sp, err := spaceOf(dir)
+	mnt := filepath.Join(root, imgDirName, "default.race.mnt")
+	sp, err := spaceOf(mnt)
 	require.NoError(t, err)
+	assert.Equal(t, 1, mounts(t, mnt), "its filesystem is mounted exactly once")
 	assert.Less(t, sp.used, int64(64<<10), "one empty filesystem")
 }
 
@@ -116,7 +118,7 @@ func BenchmarkVolumeFSMake(b *testing.B) {
 		require.NoError(b, os.Mkdir(dir, 0o750))
 		_, err := f.ensure(b.Context(), "v", dir, imageSize(1<<30), true)
 		require.NoError(b, err)
-		_, _, err = setWall(b.Context(), f.image("v"), dir, 256<<20)
+		_, _, err = setWall(b.Context(), f.image("v"), f.mnt("v"), 256<<20)
 		require.NoError(b, err)
 		require.NoError(b, f.remove("v", dir))
 		require.NoError(b, os.Remove(dir))
@@ -141,7 +143,7 @@ func BenchmarkVolumeFSReuse(b *testing.B) {
 		require.NoError(b, err)
 		_, err = f.ensure(b.Context(), "v", dir, imageSize(1<<30), true)
 		require.NoError(b, err)
-		_, _, err = setWall(b.Context(), f.image("v"), dir, walls[i%2])
+		_, _, err = setWall(b.Context(), f.image("v"), f.mnt("v"), walls[i%2])
 		require.NoError(b, err)
 		unlock()
 		i++

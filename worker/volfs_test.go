@@ -30,10 +30,10 @@ func measure(t *testing.T, root, vol string) hostDisk {
 	var st unix.Stat_t
 	require.NoError(t, unix.Stat(filepath.Join(root, ".img", "default."+vol+".ext4"), &st))
 	var fs unix.Statfs_t
-	dir := filepath.Join(root, "default."+vol)
-	require.NoError(t, unix.Statfs(dir, &fs))
+	mnt := filepath.Join(root, ".img", "default."+vol+".mnt")
+	require.NoError(t, unix.Statfs(mnt, &fs))
 	var rs unix.Stat_t // none: the job may have every block
-	if err := unix.Stat(filepath.Join(dir, ".paddock-quota", "reserve"), &rs); err != nil {
+	if err := unix.Stat(filepath.Join(mnt, "reserve"), &rs); err != nil {
 		require.ErrorIs(t, err, unix.ENOENT)
 	}
 	used := (int64(fs.Blocks)-int64(fs.Bfree))*fs.Frsize - rs.Blocks*512
@@ -150,6 +150,33 @@ func TestVolumeQuotaAcrossJobs(t *testing.T) {
 	r5 := s.run(job.Spec{Command: "rm /workspace/more /workspace/keep /workspace/tiny; dd if=/dev/zero of=/workspace/small bs=1M count=2", Volume: vol(4 << 20)})
 	require.Equal(t, job.ReasonOK, r5.Reason, r5.Error)
 
+	// The box sees its data only: no reserve, no lost+found.
+	ls := s.run(job.Spec{Command: "ls -a /workspace", Volume: vol(4 << 20)})
+	require.Equal(t, job.ReasonOK, ls.Reason, ls.Error)
+	assert.Equal(t, ".\n..\nsmall\n", ls.Stdout.Text)
+
+	// A reboot (every mount gone): a read-only job mounts it again, and
+	// the wall holds for the next rw job.
+	require.NoError(t, worker.UnmountVolumes(root))
+	ro := s.run(job.Spec{Command: "wc -c < /workspace/small", Volume: &job.Volume{Name: "keep", Mode: job.VolumeRO}})
+	require.Equal(t, job.ReasonOK, ro.Reason, ro.Error)
+	assert.Equal(t, "2097152", strings.TrimSpace(ro.Stdout.Text))
+	r7 := s.run(job.Spec{Command: "dd if=/dev/zero of=/workspace/more bs=1M count=4", Volume: vol(4 << 20)})
+	assert.Equal(t, job.ReasonFsize, r7.Reason, r7.Error)
+	assert.LessOrEqual(t, r7.VolumeBytes, int64(4<<20))
+
+	// Only the worker's own mount of the filesystem went (an operator's
+	// umount): the same device is mounted again, never a second loop
+	// device on the image.
+	mnt := filepath.Join(root, ".img", "default.keep.mnt")
+	require.NoError(t, unix.Unmount(mnt, 0))
+	r8 := s.run(job.Spec{Command: "rm /workspace/more; wc -c < /workspace/small", Volume: vol(4 << 20)})
+	require.Equal(t, job.ReasonOK, r8.Reason, r8.Error)
+	assert.Equal(t, "2097152", strings.TrimSpace(r8.Stdout.Text))
+	src, _ := mountSource(t, dir)
+	msrc, _ := mountSource(t, mnt)
+	assert.Equal(t, src, msrc, "one loop device")
+
 	_, mounted := mountPoint(t, dir)
 	require.True(t, mounted)
 	d := vol(0)
@@ -160,6 +187,9 @@ func TestVolumeQuotaAcrossJobs(t *testing.T) {
 	assert.False(t, mounted, "the volume's filesystem is unmounted")
 	assert.NoFileExists(t, img)
 	assert.NoDirExists(t, dir)
+	_, mounted = mountPoint(t, mnt)
+	assert.False(t, mounted, "the filesystem is unmounted")
+	assert.NoDirExists(t, mnt)
 }
 
 // mountPoint returns the filesystem type mounted at dir, if any.
@@ -198,4 +228,19 @@ func TestVolumeQuotaUnavailable(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(root, "default.nofs", "x"))
 	ro := s.run(job.Spec{Command: "ls /workspace && echo read", Volume: &job.Volume{Name: "nofs", Mode: job.VolumeRO}})
 	assert.Equal(t, job.ReasonOK, ro.Reason, ro.Error)
+}
+
+// mountSource returns the device mounted at dir, if any.
+func mountSource(t *testing.T, dir string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	src, found := "", false
+	for line := range strings.Lines(string(b)) {
+		pre, post, _ := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); len(f) >= 5 && f[4] == dir {
+			src, found = strings.Fields(post)[1], true
+		}
+	}
+	return src, found
 }

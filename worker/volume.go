@@ -160,10 +160,11 @@ func (w *Worker) mountVolume(ctx context.Context, r *jobRun, name string, mode l
 	if err != nil || !mounted || mode != locks.RW {
 		return err
 	}
-	sp, err := spaceOf(v.dir)
+	v.mnt = w.vfs.mnt(name)
+	sp, err := spaceOf(v.mnt)
 	if err == nil {
 		v.start, v.limit = sp.used, max(bound, sp.used)
-		sp, v.limit, err = setWall(ctx, w.vfs.image(name), v.dir, v.limit)
+		sp, v.limit, err = setWall(ctx, w.vfs.image(name), v.mnt, v.limit)
 	}
 	if errors.Is(err, errNoGrow) {
 		r.log.WarnContext(ctx, "the volume's image is smaller than the job's bound (made under a lower --volume-max-bytes) and cannot grow online: the job gets what it holds", "volume", name, "wall", v.limit, "err", err)

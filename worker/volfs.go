@@ -126,9 +126,26 @@ func (f *volumeFS) lock(ctx context.Context, name string) (func(), error) {
 	}
 }
 
+// sharedFS names the filesystem types that other hosts may mount too:
+// an image there could be mounted by two kernels at once, which corrupts
+// it (a volume stays mounted on the host of its last job).
+var sharedFS = map[int64]string{
+	unix.NFS_SUPER_MAGIC: "nfs", unix.SMB2_SUPER_MAGIC: "smb2", unix.CIFS_SUPER_MAGIC: "cifs",
+	unix.FUSE_SUPER_MAGIC: "fuse", unix.CEPH_SUPER_MAGIC: "ceph", unix.V9FS_MAGIC: "9p",
+	0x01161970: "gfs2", 0x7461636f: "ocfs2", 0x47504653: "gpfs", 0x0bd00bd0: "lustre",
+}
+
 // probe mounts a small filesystem of its own and removes it: whether this
-// worker can make volume filesystems at all.
+// worker can make volume filesystems at all. A root other hosts may
+// share is refused.
 func (f *volumeFS) probe(ctx context.Context) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.root, &st); err != nil {
+		return err
+	}
+	if name, ok := sharedFS[int64(st.Type)]; ok {
+		return fmt.Errorf("the volume root is on %s, which other hosts may mount: two kernels mounting one volume's image would corrupt it (give each host a local root)", name)
+	}
 	dir, err := os.MkdirTemp(f.imgDir, ".probe-")
 	if err != nil {
 		return err

@@ -244,3 +244,20 @@ func mountSource(t *testing.T, dir string) (string, bool) {
 	}
 	return src, found
 }
+
+// A volume directory with files but no image (made by a walk-mode worker)
+// is not mounted over: its rw job ends infra, naming the migration, and
+// the files are still there.
+func TestVolumeQuotaOldVolumeNotHidden(t *testing.T) {
+	s, root := volumeStack(t, 0)
+	dir := filepath.Join(root, "default.old")
+	require.NoError(t, os.Mkdir(dir, 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kept"), []byte("old data"), 0o644))
+	r := s.run(job.Spec{Command: "ls /workspace", Volume: quotaVol("old")})
+	assert.Equal(t, job.ReasonInfra, r.Reason, r.Error)
+	assert.Contains(t, r.Error, "holds files but has no filesystem image; migrate it")
+	assert.Equal(t, 1, r.Runs, "not retried: another try finds the same")
+	_, mounted := mountPoint(t, dir)
+	assert.False(t, mounted)
+	assert.FileExists(t, filepath.Join(dir, "kept"))
+}

@@ -167,7 +167,7 @@ func (w *Worker) mountVolume(ctx context.Context, r *jobRun, name string, mode l
 		sp, v.limit, err = setWall(ctx, w.vfs.image(name), v.mnt, v.limit)
 	}
 	if errors.Is(err, errNoGrow) {
-		r.log.WarnContext(ctx, "the volume's image is smaller than the job's bound (made under a lower --volume-max-bytes) and cannot grow online: the job gets what it holds", "volume", name, "wall", v.limit, "err", err)
+		r.log.WarnContext(ctx, "the volume's image is smaller than the job's bound (made under a lower --volume-max-mb) and cannot grow online: the job gets what it holds", "volume", name, "wall", v.limit, "err", err)
 		err = nil
 	}
 	if err != nil {

@@ -129,9 +129,11 @@ type Config struct {
 	// command's output while it is streamed (live output or keep on): a
 	// faster command waits on its writes. Default 256 MiB/s; < 0: no bound.
 	OutputRate int64
-	// VolumeQuotaInterval is how often the volume of a job with a
-	// volume.max_bytes is measured while the job runs (default 1s): a job
-	// may overshoot its quota by what it writes in that time.
+	// VolumeQuotaInterval is how often the volume of a rw job is looked at
+	// while the job runs (default 1s). QuotaKernel: whether it is at its
+	// wall, to name the reason of a failure (the kernel is the wall).
+	// QuotaWalk: walked for volume.max_bytes, so a job may overshoot its
+	// quota by what it writes in that time.
 	VolumeQuotaInterval time.Duration
 	// VolumeQuota is how volumes are held to their byte bound (default
 	// QuotaKernel: a filesystem of their own per volume, volfs.go).

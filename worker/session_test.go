@@ -16,9 +16,11 @@ import (
 // An agent session's workspace on a worker that measures quotas by
 // walking the volume (--volume-quota=walk): output spilled into it whole
 // while the result keeps head and tail, a byte quota the job cannot grow
-// past (but may shrink under), and a delete job that removes it.
+// past (but may shrink under), and a delete job that removes it. The root
+// is on a disk of its own: a job held to the disk's free bytes must see
+// no other writer of this machine.
 func TestSessionWorkspaceWalk(t *testing.T) {
-	s, root := volumeStackQuota(t, 0, worker.QuotaWalk)
+	s, root := volumeStackRoot(t, 0, worker.QuotaWalk, privateDisk(t, 256<<20))
 	dir := filepath.Join(root, "default.sess-a")
 	vol := func() *job.Volume { return &job.Volume{Name: "sess-a", Mode: job.VolumeRW, MaxBytes: 4 << 20} }
 	// 200,000 lines: far past the result's head and tail, all in the spill.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
@@ -34,7 +36,28 @@ const volumeCap = 64 << 20
 // filesystems it mounted are unmounted when the test ends.
 func volumeStackQuota(t *testing.T, ttl time.Duration, q worker.VolumeQuota) (*stack, string) {
 	t.Helper()
-	root := t.TempDir()
+	return volumeStackRoot(t, ttl, q, t.TempDir())
+}
+
+// privateDisk returns a directory on a filesystem of its own (size bytes,
+// loop-mounted, unmounted when the test ends): a disk no other writer on
+// this machine touches, for tests that watch a disk's free bytes.
+func privateDisk(t *testing.T, size int64) string {
+	t.Helper()
+	img, dir := filepath.Join(t.TempDir(), "disk.ext4"), t.TempDir()
+	require.NoError(t, os.WriteFile(img, nil, 0o600))
+	require.NoError(t, os.Truncate(img, size))
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command("mount", "-o", "loop", img, dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { assert.NoError(t, unix.Unmount(dir, unix.MNT_DETACH)) })
+	return dir
+}
+
+// volumeStackRoot is volumeStackQuota on the volume root given.
+func volumeStackRoot(t *testing.T, ttl time.Duration, q worker.VolumeQuota, root string) (*stack, string) {
+	t.Helper()
 	require.NoError(t, os.Chmod(root, 0o755))
 	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(root)) })
 	s := newStackRedis(t, func(c *worker.Config, rdb *redis.Client) {

@@ -522,6 +522,7 @@ func checkOverlay(t *testing.T, b *built) {
 		}
 		assert.True(t, found, "worker: %s must be a hostPath for the node's engine", runDir)
 	}
+	checkVolumeRoot(t, b, cm, pod, w)
 	if ic := container(pod, "paddock-init"); assert.NotNil(t, ic, "an init container copies paddock-init") {
 		assert.Equal(t, "paddock/paddock", imageName(ic.Image, b), "paddock-init comes from the worker's own image")
 	}
@@ -834,6 +835,66 @@ func selects(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// configValue is variable name of container c: its own env, else the
+// ConfigMap cm it reads.
+func configValue(c *corev1.Container, cm *corev1.ConfigMap, name string) (string, bool) {
+	if v, ok := envValue(c, name); ok {
+		return v, true
+	}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == cm.Name {
+			v, ok := cm.Data[name]
+			return v, ok
+		}
+	}
+	return "", false
+}
+
+// checkVolumeRoot: a worker without a volume root goes with a scheduler
+// that refuses volume jobs up front; a worker with one says how volumes
+// are held to their quota (docs/operations.md, "Disk quotas") and has a
+// sized root: an emptyDir with a sizeLimit or a claim, mounted in the
+// engine too (it bind-mounts the volumes). Kernel quotas need a
+// privileged worker whose loop mounts reach the engine (Bidirectional).
+func checkVolumeRoot(t *testing.T, b *built, cm *corev1.ConfigMap, pod *corev1.PodSpec, w *corev1.Container) {
+	root, ok := configValue(w, cm, "PADDOCK_VOLUME_ROOT")
+	if !ok || root == "" {
+		sd := b.get("Deployment", "paddock-scheduler").(*appsv1.Deployment)
+		sc := container(&sd.Spec.Template.Spec, "scheduler")
+		if sc == nil {
+			sc = &sd.Spec.Template.Spec.Containers[0]
+		}
+		v, _ := configValue(sc, cm, "PADDOCK_VOLUMES")
+		assert.NotEqual(t, "true", v, "the scheduler accepts volume jobs (PADDOCK_VOLUMES) but the worker has no PADDOCK_VOLUME_ROOT")
+		return
+	}
+	quota, _ := configValue(w, cm, "PADDOCK_VOLUME_QUOTA")
+	require.Contains(t, []string{"kernel", "walk"}, quota, "worker: a volume root needs PADDOCK_VOLUME_QUOTA set on purpose (kernel or walk)")
+	var mount *corev1.VolumeMount
+	for i, m := range w.VolumeMounts {
+		if m.MountPath == root {
+			mount = &w.VolumeMounts[i]
+		}
+	}
+	require.NotNil(t, mount, "worker: PADDOCK_VOLUME_ROOT %s is a volume of its own", root)
+	sized := false
+	for _, v := range pod.Volumes {
+		if v.Name == mount.Name {
+			sized = v.PersistentVolumeClaim != nil || v.Ephemeral != nil || (v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && !v.EmptyDir.SizeLimit.IsZero())
+		}
+	}
+	assert.True(t, sized, "worker: the volume root %s needs a size: an emptyDir with sizeLimit or a claim", root)
+	if engine := container(pod, "engine"); engine != nil {
+		assertMountedPath(t, engine, root, "engine: the volume root")
+	}
+	if quota == "kernel" {
+		sc := w.SecurityContext
+		assert.True(t, sc != nil && sc.Privileged != nil && *sc.Privileged, "worker: kernel quotas need a privileged worker (loop devices, mount)")
+		assert.True(t, mount.MountPropagation != nil && *mount.MountPropagation == corev1.MountPropagationBidirectional,
+			"worker: kernel quotas need mountPropagation Bidirectional on the volume root, or the engine never sees the mounts")
+	}
 }
 
 func assertMountedPath(t *testing.T, c *corev1.Container, path, what string) {

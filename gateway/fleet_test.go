@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/client"
@@ -80,6 +81,8 @@ func newFleet(t *testing.T, mod func(*Config)) *fleet {
 	store := results.NewStore(rdb, js, results.StoreConfig{})
 
 	root := t.TempDir()
+	// Runs after the worker stopped: volumes are filesystems mounted there.
+	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(root)) })
 	leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{})
 	require.NoError(t, err)
 	guard, err := locks.NewGuard(leaser, locks.GuardConfig{Root: root, Wait: time.Minute})

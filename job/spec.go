@@ -106,10 +106,10 @@ const (
 type Volume struct {
 	Name string     `json:"name"`
 	Mode VolumeMode `json:"mode,omitempty"`
-	// MaxBytes bounds the bytes in the volume (rw only): the worker kills a
-	// job whose volume grows past max(MaxBytes, its size when the job
-	// started) with reason fsize, so a job over quota may still shrink it.
-	// 0: no bound.
+	// MaxBytes bounds the bytes in the volume (rw only): the kernel refuses
+	// a write past max(MaxBytes, its size when the job started) (ENOSPC;
+	// the job ends fsize), so a job over quota may still shrink it. 0: the
+	// worker's cap (docs/job-contract.md).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 	// Delete removes everything in the volume after the job ended (rw
 	// only), under the volume's lock: how an agent session's workspace is

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -166,6 +168,65 @@ type volumeRun struct {
 	// started; free is then its filesystem's free bytes at that time.
 	unmeasured bool
 	free       int64
+	// fs: the volume is a filesystem of its own (QuotaKernel) whose wall
+	// is limit: the kernel refuses a write past it (ENOSPC), so no watch
+	// kills the job; full is set when a look found it at its wall (less
+	// than slack bytes of room left).
+	fs    bool
+	mnt   string // where the worker sees the whole filesystem (volfs.go)
+	slack int64
+	full  atomic.Bool
+}
+
+// watchFull looks at the job's volume filesystem every interval and notes
+// when it is full, for settleVolume to name the reason; stop(nil) ends
+// the watch and waits for it.
+func watchFull(ctx context.Context, v *volumeRun, interval time.Duration) (_ context.Context, stop context.CancelCauseFunc) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for !v.full.Load() {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if sp, err := spaceOf(v.mnt); err == nil && sp.avail < v.slack {
+				v.full.Store(true)
+			}
+		}
+	}()
+	return ctx, func(cause error) {
+		cancel(cause)
+		<-done
+	}
+}
+
+// enospc is how the C library words ENOSPC, as a failed command prints it.
+const enospc = "No space left on device"
+
+// settleFS measures a volume filesystem for the result, and makes a job
+// that failed with the volume at its wall fsize: full at a look, full now,
+// or a command that said ENOSPC (the job's own stderr: a job can only
+// mislabel its own failure).
+func (w *Worker) settleFS(ctx context.Context, r *jobRun, reason job.Reason) job.Reason {
+	v := r.vol
+	sp, err := spaceOf(v.mnt)
+	if err != nil {
+		r.log.WarnContext(ctx, "volume not measured", "err", err)
+		return reason
+	}
+	r.res.VolumeBytes = sp.used
+	full := v.full.Load() || sp.avail < v.slack || strings.Contains(r.res.Stderr.Text+r.res.Stderr.Tail, enospc)
+	if !full || reason != job.ReasonExitNonzero {
+		return reason
+	}
+	markLast(&r.res, job.ReasonFsize)
+	r.res.Error = joinMsg(r.res.Error, fmt.Sprintf("the workspace reached its quota of %d bytes (%d used) and the kernel refused further writes (ENOSPC); remove files from /workspace or write less", v.limit, sp.used))
+	return job.ReasonFsize
 }
 
 // settleVolume runs just before the job's result is recorded, and
@@ -182,6 +243,9 @@ func (w *Worker) settleVolume(ctx context.Context, r *jobRun, reason job.Reason)
 	}
 	if v.delete {
 		return w.deleteVolume(ctx, r, reason)
+	}
+	if v.fs {
+		return w.settleFS(ctx, r, reason)
 	}
 	if v.maxBytes == 0 {
 		return reason
@@ -217,7 +281,7 @@ func (w *Worker) deleteVolume(ctx context.Context, r *jobRun, reason job.Reason)
 			return job.ReasonInfra
 		}
 	}
-	if err := os.RemoveAll(r.vol.dir); err != nil {
+	if err := w.removeVolume(ctx, r); err != nil {
 		r.log.ErrorContext(ctx, "volume not deleted", "dir", r.vol.dir, "err", err)
 		// The error names host paths: the tenant is told the reason only.
 		why := err.Error()
@@ -236,4 +300,22 @@ func joinMsg(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// removeVolume removes the job's volume: its filesystem (unmounted, the
+// image removed, under the filesystem's lock), then its directory.
+func (w *Worker) removeVolume(ctx context.Context, r *jobRun) error {
+	if w.vfs != nil {
+		name := VolumeName(r.spec)
+		unlock, err := w.vfs.lock(context.WithoutCancel(ctx), name)
+		if err != nil {
+			return err
+		}
+		err = w.vfs.remove(name, r.vol.dir)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(r.vol.dir)
 }

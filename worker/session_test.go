@@ -10,13 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/worker"
 )
 
-// An agent session's workspace: output spilled into it whole while the
-// result keeps head and tail, a byte quota the job cannot grow past (but
-// may shrink under), and a delete job that removes it.
-func TestSessionWorkspace(t *testing.T) {
-	s, root := volumeStack(t, 0)
+// An agent session's workspace on a worker that measures quotas by
+// walking the volume (--volume-quota=walk): output spilled into it whole
+// while the result keeps head and tail, a byte quota the job cannot grow
+// past (but may shrink under), and a delete job that removes it. The root
+// is on a disk of its own: a job held to the disk's free bytes must see
+// no other writer of this machine.
+func TestSessionWorkspaceWalk(t *testing.T) {
+	s, root := volumeStackRoot(t, 0, worker.QuotaWalk, privateDisk(t, 256<<20))
 	dir := filepath.Join(root, "default.sess-a")
 	vol := func() *job.Volume { return &job.Volume{Name: "sess-a", Mode: job.VolumeRW, MaxBytes: 4 << 20} }
 	// 200,000 lines: far past the result's head and tail, all in the spill.
@@ -99,4 +103,36 @@ func TestSessionWorkspace(t *testing.T) {
 	require.Equal(t, job.ReasonOK, r7.Reason, r7.Error)
 	assert.Zero(t, r7.VolumeBytes)
 	assert.NoDirExists(t, dir)
+}
+
+// An agent session's workspace on kernel quotas: spilled output is cut at
+// the room the quota leaves, a command that writes past the quota fails
+// with ENOSPC (fsize) and leaves the workspace at its quota, the next
+// command may clean it up, and the delete job removes it whole.
+func TestSessionWorkspaceKernel(t *testing.T) {
+	s, root := volumeStack(t, 0)
+	dir := filepath.Join(root, "default.sess-k")
+	vol := func() *job.Volume { return &job.Volume{Name: "sess-k", Mode: job.VolumeRW, MaxBytes: 4 << 20} }
+	outCap := int64(64 << 10)
+	r := s.run(job.Spec{Command: "seq 2000000", Volume: vol(), Output: &job.OutputPolicy{Spill: true},
+		Limits: job.Limits{OutputBytes: &outCap}})
+	require.Equal(t, job.ReasonOK, r.Reason, r.Error)
+	require.NotNil(t, r.Spilled)
+	assert.Less(t, r.Spilled.Stdout.Bytes, r.Stdout.Bytes, "the spill is cut")
+	assert.LessOrEqual(t, r.VolumeBytes, int64(4<<20))
+
+	r2 := s.run(job.Spec{Command: "dd if=/dev/zero of=/workspace/big bs=1M count=8", Volume: vol()})
+	assert.Equal(t, job.ReasonFsize, r2.Reason, r2.Error)
+	assert.Contains(t, r2.Error, "the kernel refused further writes")
+	assert.LessOrEqual(t, r2.VolumeBytes, int64(4<<20))
+	r3 := s.run(job.Spec{Command: "rm -rf /workspace/big /workspace/.paddock && echo freed", Volume: vol()})
+	require.Equal(t, job.ReasonOK, r3.Reason, r3.Error)
+	assert.Less(t, r3.VolumeBytes, int64(64<<10))
+
+	d := vol()
+	d.Delete = true
+	r4 := s.run(job.Spec{Command: "true", Volume: d})
+	require.Equal(t, job.ReasonOK, r4.Reason, r4.Error)
+	assert.NoDirExists(t, dir)
+	assert.NoFileExists(t, filepath.Join(root, ".img", "default.sess-k.ext4"))
 }

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
@@ -23,9 +25,44 @@ import (
 // volumeStack is a stack whose worker guards volumes under a temp root.
 func volumeStack(t *testing.T, ttl time.Duration) (*stack, string) {
 	t.Helper()
-	root := t.TempDir()
+	return volumeStackQuota(t, ttl, worker.QuotaKernel)
+}
+
+// volumeCap is the worker's cap on volumes in these tests: every volume
+// image is made to hold it.
+const volumeCap = 64 << 20
+
+// volumeStackQuota is volumeStack with the given quota mode; the volume
+// filesystems it mounted are unmounted when the test ends.
+func volumeStackQuota(t *testing.T, ttl time.Duration, q worker.VolumeQuota) (*stack, string) {
+	t.Helper()
+	return volumeStackRoot(t, ttl, q, t.TempDir())
+}
+
+// privateDisk returns a directory on a filesystem of its own (size bytes,
+// loop-mounted, unmounted when the test ends): a disk no other writer on
+// this machine touches, for tests that watch a disk's free bytes.
+func privateDisk(t *testing.T, size int64) string {
+	t.Helper()
+	img, dir := filepath.Join(t.TempDir(), "disk.ext4"), t.TempDir()
+	require.NoError(t, os.WriteFile(img, nil, 0o600))
+	require.NoError(t, os.Truncate(img, size))
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command("mount", "-o", "loop", img, dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { assert.NoError(t, unix.Unmount(dir, unix.MNT_DETACH)) })
+	return dir
+}
+
+// volumeStackRoot is volumeStackQuota on the volume root given.
+func volumeStackRoot(t *testing.T, ttl time.Duration, q worker.VolumeQuota, root string) (*stack, string) {
+	t.Helper()
 	require.NoError(t, os.Chmod(root, 0o755))
+	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(root)) })
 	s := newStackRedis(t, func(c *worker.Config, rdb *redis.Client) {
+		c.VolumeQuota = q
+		c.VolumeMaxBytes = volumeCap
 		c.Concurrency = 3
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{})
 		require.NoError(t, err)
@@ -158,7 +195,7 @@ func (s onMountedCreate) ContainerCreate(ctx context.Context, o client.Container
 }
 
 // A volume that goes past its quota while the container is still being
-// made ends the job as fsize, once: it is never handed back to the queue
+// made (walk mode) ends the job as fsize, once: it is never handed back to the queue
 // (a re-run would start from the bigger size and be let through).
 func TestVolumeQuotaWhileStarting(t *testing.T) {
 	var root string
@@ -168,7 +205,7 @@ func TestVolumeQuotaWhileStarting(t *testing.T) {
 		}, 2500 * time.Millisecond}
 	}
 	defer func() { wrapDocker = nil }()
-	s, r0 := volumeStack(t, 0)
+	s, r0 := volumeStackQuota(t, 0, worker.QuotaWalk) // a host-side write: the walk's case
 	root = r0
 	r := s.run(job.Spec{Command: "touch /workspace/ran", Volume: &job.Volume{Name: "grow", Mode: job.VolumeRW, MaxBytes: 1 << 20}})
 	assert.Equal(t, job.ReasonFsize, r.Reason, r.Error)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,10 +129,20 @@ type Config struct {
 	// command's output while it is streamed (live output or keep on): a
 	// faster command waits on its writes. Default 256 MiB/s; < 0: no bound.
 	OutputRate int64
-	// VolumeQuotaInterval is how often the volume of a job with a
-	// volume.max_bytes is measured while the job runs (default 1s): a job
-	// may overshoot its quota by what it writes in that time.
+	// VolumeQuotaInterval is how often the volume of a rw job is looked at
+	// while the job runs (default 1s). QuotaKernel: whether it is at its
+	// wall, to name the reason of a failure (the kernel is the wall).
+	// QuotaWalk: walked for volume.max_bytes, so a job may overshoot its
+	// quota by what it writes in that time.
 	VolumeQuotaInterval time.Duration
+	// VolumeQuota is how volumes are held to their byte bound (default
+	// QuotaKernel: a filesystem of their own per volume, volfs.go).
+	VolumeQuota VolumeQuota
+	// VolumeMaxBytes (QuotaKernel) is the bound of a rw volume whose job
+	// gives no volume.max_bytes, and the largest max_bytes this worker
+	// accepts (default 1 GiB): with fsize and the tmpfs sizes, what one job
+	// can put on the host's disk (docs/threat-model.md, "Disk quotas").
+	VolumeMaxBytes int64
 	// KeptOutputKill is the output kill limit of a command whose output is
 	// kept (both streams; default 4 GiB): the kept copy is cut at the IO's
 	// MaxKeptBytes, this ends a command that prints on and on.
@@ -156,6 +167,13 @@ func (c Config) withDefaults() (Config, error) {
 	c.Intakes = min(max(c.Intakes, 1), max(c.Concurrency, 1))
 	if c.VolumeQuotaInterval <= 0 {
 		c.VolumeQuotaInterval = time.Second
+	}
+	c.VolumeQuota = cmp.Or(c.VolumeQuota, QuotaKernel)
+	if c.VolumeMaxBytes == 0 {
+		c.VolumeMaxBytes = 1 << 30
+	}
+	if (c.VolumeQuota != QuotaKernel && c.VolumeQuota != QuotaWalk) || c.VolumeMaxBytes < 1<<20 || c.VolumeMaxBytes > job.MaxVolumeBytes {
+		return c, fmt.Errorf("%w: volume quota %q (kernel or walk), volume max bytes %d (1 MiB to 1 TiB)", ErrConfig, c.VolumeQuota, c.VolumeMaxBytes)
 	}
 	if c.OutputRate == 0 {
 		c.OutputRate = 256 << 20
@@ -255,8 +273,12 @@ type Worker struct {
 	mu      sync.Mutex
 	srvs    []*asynq.Server // Config.Intakes of them
 	running bool
-	drain   drainer              // running handlers; cuts them at the end of the grace (drain.go)
-	gate    atomic.Pointer[gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
+	drain   drainer // running handlers; cuts them at the end of the grace (drain.go)
+	// vfs makes the volumes' filesystems (QuotaKernel with volumes);
+	// vfsErr, when set, is why it cannot, and rw volume jobs are refused.
+	vfs    *volumeFS
+	vfsErr error
+	gate   atomic.Pointer[gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
@@ -282,6 +304,7 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		w.log.Error("heartbeat not renewed in time: killing every running job before a rescuer may run it elsewhere (Redis unreachable, or this process was frozen)")
 		w.fence.cancelAll()
 	}
+	w.vfs, w.vfsErr = startVolumeFS(cfg)
 	w.rescue = NewRescuer(rdb, cfg.KeyPrefix, cfg.RescueInterval, cfg.Logger)
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)

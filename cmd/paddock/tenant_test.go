@@ -20,6 +20,7 @@ import (
 
 	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/worker"
 )
 
 // devStack is a real `paddock up` (embedded NATS in operator mode, a
@@ -87,6 +88,8 @@ func startUpWith(t *testing.T, extra ...string) *devStack {
 	testsvc.RequireImage(t, testsvc.Docker(t), testsvc.TestImage)
 	s := &devStack{dir: t.TempDir(), natsURL: "nats://" + freeAddr(t), stderr: &syncBuffer{}}
 	ready := filepath.Join(s.dir, "ready")
+	// Runs after up stopped: volumes are filesystems mounted under the root.
+	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(filepath.Join(s.dir, "volumes"))) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {

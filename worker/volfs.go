@@ -84,6 +84,20 @@ func (e *QuotaUnavailableError) Unwrap() error { return e.Err }
 type volumeFS struct {
 	root   string
 	imgDir string
+	// maxPerTenant bounds the images of one tenant (0: no bound).
+	maxPerTenant int
+}
+
+// TooManyVolumesError refuses a job that would make one more volume than
+// its tenant may have on this volume root (Config.MaxVolumesPerTenant).
+type TooManyVolumesError struct {
+	Tenant    string
+	Have, Max int
+}
+
+func (e *TooManyVolumesError) Error() string {
+	return fmt.Sprintf("tenant %s has %d volumes on this fleet, the most it may have (%d): delete one it no longer needs (a job with volume.delete) before making another",
+		e.Tenant, e.Have, e.Max)
 }
 
 // newVolumeFS returns the volumeFS of root, creating <root>/.img (0700).
@@ -353,6 +367,32 @@ func (f *volumeFS) mountFS(ctx context.Context, name, dir string, size int64, cr
 // walk-mode worker or an older Paddock made it); mounting would hide them.
 var ErrVolumeNotEmpty = errors.New("worker: the volume directory holds files but has no filesystem image; migrate it (docs/operations.md, \"Disk quotas\")")
 
+// countVolume takes the lock of volume name's tenant's count (every worker
+// of the root counts under it, so two new volumes of one tenant cannot
+// both pass the bound) and fails with a *TooManyVolumesError when the
+// tenant has maxPerTenant images already. The caller makes the image,
+// then calls the unlock it returns.
+func (f *volumeFS) countVolume(ctx context.Context, name string) (func(), error) {
+	tenant, _, _ := strings.Cut(name, ".")
+	if f.maxPerTenant <= 0 {
+		return func() {}, nil
+	}
+	unlock, err := f.lock(ctx, tenant+"@count") // '@' is in no volume name
+
+	if err != nil {
+		return nil, err
+	}
+	imgs, err := filepath.Glob(filepath.Join(f.imgDir, tenant+".*.ext4"))
+	if err == nil && len(imgs) >= f.maxPerTenant {
+		err = &TooManyVolumesError{Tenant: tenant, Have: len(imgs), Max: f.maxPerTenant}
+	}
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
 // create makes volume name's image (size bytes), mounts it at mnt and
 // makes its data directory with dir's owner and mode.
 func (f *volumeFS) create(ctx context.Context, img, mnt, dir string, size int64) error {
@@ -363,10 +403,15 @@ func (f *volumeFS) create(ctx context.Context, img, mnt, dir string, size int64)
 	if names, err := readNames(dir, 1); err != nil || len(names) > 0 {
 		return errors.Join(ErrVolumeNotEmpty, err)
 	}
+	unlock, err := f.countVolume(ctx, strings.TrimSuffix(filepath.Base(img), ".ext4"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := makeImage(ctx, img, size); err != nil {
 		return err
 	}
-	err := mountImage(ctx, img, mnt)
+	err = mountImage(ctx, img, mnt)
 	if err == nil {
 		data := filepath.Join(mnt, dataDir)
 		err = errors.Join(os.Mkdir(data, 0o700), os.Chown(data, int(st.Uid), int(st.Gid)), os.Chmod(data, fs.FileMode(st.Mode&0o777)))

@@ -149,3 +149,37 @@ func BenchmarkVolumeFSReuse(b *testing.B) {
 		i++
 	}
 }
+
+// A tenant may have at most maxPerTenant volumes on a root: the next one
+// is refused with a typed error, before any image is made, and another
+// tenant is not affected; deleting one makes room.
+func TestVolumeFSTenantCap(t *testing.T) {
+	root := t.TempDir()
+	t.Cleanup(func() { assert.NoError(t, UnmountVolumes(root)) })
+	f, err := newVolumeFS(root)
+	require.NoError(t, err)
+	f.maxPerTenant = 2
+	ensure := func(name string) error {
+		dir := filepath.Join(root, name)
+		require.NoError(t, os.MkdirAll(dir, 0o750))
+		unlock, err := f.lock(t.Context(), name)
+		require.NoError(t, err)
+		defer unlock()
+		_, err = f.ensure(t.Context(), name, dir, imageSize(8<<20), true)
+		return err
+	}
+	require.NoError(t, ensure("ta.one"))
+	require.NoError(t, ensure("ta.two"))
+	require.NoError(t, ensure("ta.one"), "an existing volume is no new one")
+	err = ensure("ta.three")
+	var tooMany *TooManyVolumesError
+	require.ErrorAs(t, err, &tooMany)
+	assert.Equal(t, TooManyVolumesError{Tenant: "ta", Have: 2, Max: 2}, *tooMany)
+	assert.NotContains(t, err.Error(), root, "the tenant is told no host path")
+	_, err = os.Stat(f.image("ta.three"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no image was made")
+	require.NoError(t, ensure("tab.one"), "a tenant whose name starts with ta's is another tenant")
+	require.NoError(t, ensure("tb.one"))
+	require.NoError(t, f.remove("ta.two", filepath.Join(root, "ta.two")))
+	require.NoError(t, ensure("ta.three"), "a deleted volume makes room")
+}

@@ -67,6 +67,10 @@ func (w *Worker) withVolume(ctx context.Context, r *jobRun, run func(context.Con
 	r.vol = &volumeRun{dir: held.Dir(), maxBytes: v.MaxBytes, delete: v.Delete}
 	if err := w.mountVolume(ctx, r, VolumeName(r.spec), mode); err != nil {
 		// The error names host paths: the tenant is told the reason only.
+		var tooMany *TooManyVolumesError
+		if errors.As(err, &tooMany) {
+			return w.finish(ctx, r, job.ReasonRejected, tooMany.Error())
+		}
 		r.log.ErrorContext(ctx, "volume filesystem not mounted", "err", err)
 		if !errors.Is(err, ErrVolumeNotEmpty) {
 			err = errVolumeMount
@@ -112,6 +116,7 @@ func startVolumeFS(cfg Config) (*volumeFS, error) {
 	defer cancel()
 	f, err := newVolumeFS(rooted.Root())
 	if err == nil {
+		f.maxPerTenant = cfg.MaxVolumesPerTenant
 		err = f.probe(ctx)
 	}
 	if err != nil {

@@ -143,6 +143,11 @@ type Config struct {
 	// accepts (default 1 GiB): with fsize and the tmpfs sizes, what one job
 	// can put on the host's disk (docs/threat-model.md, "Disk quotas").
 	VolumeMaxBytes int64
+	// MaxVolumesPerTenant (QuotaKernel) bounds the volumes one tenant may
+	// have on the volume root (default 64): a job that would make one more
+	// is rejected. With VolumeMaxBytes it bounds what one tenant can put on
+	// the root's disk, whatever the number of its jobs.
+	MaxVolumesPerTenant int
 	// KeptOutputKill is the output kill limit of a command whose output is
 	// kept (both streams; default 4 GiB): the kept copy is cut at the IO's
 	// MaxKeptBytes, this ends a command that prints on and on.
@@ -169,6 +174,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.VolumeQuotaInterval = time.Second
 	}
 	c.VolumeQuota = cmp.Or(c.VolumeQuota, QuotaKernel)
+	if c.MaxVolumesPerTenant == 0 {
+		c.MaxVolumesPerTenant = 64
+	}
+	if c.MaxVolumesPerTenant < 0 {
+		return c, fmt.Errorf("%w: negative MaxVolumesPerTenant", ErrConfig)
+	}
 	if c.VolumeMaxBytes == 0 {
 		c.VolumeMaxBytes = 1 << 30
 	}

@@ -259,6 +259,7 @@ type workerFlags struct {
 	volumeRoot      string
 	volumeQuota     string
 	volumeMaxMB     int64
+	maxVolumes      int
 	leaseTTL        time.Duration
 	lockWait        time.Duration
 	runDir          string
@@ -294,6 +295,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	w.heal.register(fs)
 	fs.StringVar(&w.volumeRoot, "volume-root", "", "directory holding shared volumes (a shared filesystem across hosts); empty disables volumes")
 	fs.StringVar(&w.volumeQuota, "volume-quota", "kernel", "how a volume is held to its byte quota: kernel (a loop-mounted filesystem of its own per volume; needs root with CAP_SYS_ADMIN, loop devices and e2fsprogs, else rw volume jobs are refused) or walk (the old measurement by walking the volume, which a job can step around: only where the worker cannot mount)")
+	fs.IntVar(&w.maxVolumes, "max-volumes-per-tenant", 64, "kernel quotas: the volumes one tenant may have on the volume root; a job that would make one more is rejected")
 	fs.Int64Var(&w.volumeMaxMB, "volume-max-mb", 1024, "kernel quotas: the quota of a rw volume whose job gives no volume.max_bytes, and the largest one accepted; each volume's image is made to hold it (sparse)")
 	fs.DurationVar(&w.leaseTTL, "lease-ttl", 15*time.Second, "Redis lease ttl of a volume lock (a crashed holder blocks the volume this long)")
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
@@ -373,6 +375,7 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		}
 		cfg.Volumes = g
 		cfg.VolumeQuota, cfg.VolumeMaxBytes = worker.VolumeQuota(wf.volumeQuota), wf.volumeMaxMB<<20
+		cfg.MaxVolumesPerTenant = wf.maxVolumes
 	}
 	var woken atomic.Pointer[worker.Worker]
 	cfg.Wakeups = wf.wakeups && subscribeWakeups(ctx, js.Conn(), &woken, log)

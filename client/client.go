@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/job"
-	"github.com/paddockhq/paddock/telemetry"
+	"github.com/paddockhq/paddock/telemetry/propagate"
 )
 
 // TracerName is the instrumentation name of the default tracer.
@@ -342,7 +342,7 @@ func (c *Client) startSubmit(ctx context.Context, msg *nats.Msg, id string) (con
 			attribute.String(job.AttrTenant, c.tenant),
 			attribute.String(job.AttrJobID, id),
 		))
-	c.propagator().Inject(ctx, telemetry.NATSHeaderCarrier(msg.Header))
+	c.propagator().Inject(ctx, propagate.NATSHeaderCarrier(msg.Header))
 	return ctx, span
 }
 
@@ -358,5 +358,5 @@ func (c *Client) propagator() propagation.TextMapPropagator {
 	if c.cfg.Propagator != nil {
 		return c.cfg.Propagator
 	}
-	return telemetry.Propagator() // the wire format is W3C whatever the globals are
+	return propagate.Propagator() // the wire format is W3C whatever the globals are
 }

@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,6 +79,32 @@ func TestImportRule(t *testing.T) {
 	for _, pkg := range []string{"client", "results", "scheduler", "worker", "healer", "locks", "sandbox", "gateway", "tenant", "broker"} {
 		for imp := range imports(t, pkg) {
 			assert.False(t, strings.HasPrefix(imp, "cmd/"), "%s imports %s: only cmd wires", pkg, imp)
+		}
+	}
+}
+
+// The client SDK (and the wire types) reach nothing of the server: a
+// pipeline that imports them gets nats.go, OpenTelemetry's API and the
+// standard library, not asynq, Redis, Prometheus, gRPC, Docker or the
+// OpenTelemetry SDK.
+func TestClientPullsInNoServer(t *testing.T) {
+	forbidden := []string{"github.com/hibiken/asynq", "github.com/redis/", "github.com/prometheus/", "google.golang.org/grpc",
+		"github.com/moby/", "github.com/docker/", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters",
+		"github.com/nats-io/nats-server"}
+	for _, pkg := range []string{"client", "job"} {
+		out, err := exec.Command("go", "list", "-deps", "github.com/paddockhq/paddock/"+pkg).Output()
+		require.NoError(t, err, "go list -deps %s", pkg)
+		deps := strings.Fields(string(out))
+		t.Logf("%s: %d packages", pkg, len(deps))
+		for _, d := range deps {
+			for _, f := range forbidden {
+				assert.False(t, strings.HasPrefix(d, f), "%s depends on %s", pkg, d)
+			}
+			if strings.HasPrefix(d, "github.com/paddockhq/paddock/") {
+				own := strings.TrimPrefix(d, "github.com/paddockhq/paddock/")
+				assert.True(t, own == pkg || own == "job" || strings.HasPrefix(own, "internal/") || own == "telemetry/propagate",
+					"%s depends on the project's %s", pkg, own)
+			}
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package scheduler moves submitted jobs from JetStream into asynq.
 //
-// Any number of Schedulers share one durable pull consumer on
-// job.StreamJobs. For each submission a Scheduler decodes and validates the
+// Any number of Schedulers share one durable pull consumer
+// (job.ConsumerSchedulers) on each tenant's stream of submissions,
+// job.JobsStream(tenant). For each submission a Scheduler decodes and validates the
 // spec against the operator's caps, then either records a terminal
 // `rejected` result (results.Store) or enqueues an asynq task whose TaskID
 // is the job id, and acknowledges the JetStream message only after Redis

@@ -32,6 +32,14 @@ const (
 	ReasonCanceled    Reason = "canceled"
 )
 
+// Reasons lists every Reason a command can end with. Each is a job.Reason
+// of the same name (sandbox imports no other project package; the worker
+// converts them, and its test checks the two sets agree).
+func Reasons() []Reason {
+	return []Reason{ReasonOK, ReasonExitNonzero, ReasonTimeout, ReasonOOM, ReasonPidsLimit, ReasonOutputCap,
+		ReasonFsize, ReasonSignal, ReasonCanceled}
+}
+
 // Stream names an output stream.
 type Stream int
 

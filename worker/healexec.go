@@ -53,11 +53,22 @@ func (e *sessionExec) Exec(ctx context.Context, c healer.Command) (healer.Outcom
 		e.res.Spilled.Stderr.Error = e.res.Spilled.Stdout.Error
 	}
 	return healer.Outcome{
-		ExitCode: o.ExitCode, Reason: job.Reason(o.Reason),
+		ExitCode: o.ExitCode, Reason: jobReason(o.Reason),
 		Stdout: outputText(o.Stdout), Stderr: outputText(o.Stderr),
 		StdoutBytes: o.Stdout.Bytes, StderrBytes: o.Stderr.Bytes,
 		Duration: o.Duration, Detail: o,
 	}, err
+}
+
+// jobReason is the job.Reason of a command's sandbox.Reason (the same
+// name: TestSandboxReasonsAreJobReasons). A name that is none would be a
+// bug in the sandbox: the command's end is then the fleet's failure
+// (infra), never a reason the result's readers cannot know.
+func jobReason(r sandbox.Reason) job.Reason {
+	if jr := job.Reason(r); jr.Valid() {
+		return jr
+	}
+	return job.ReasonInfra
 }
 
 // outputText is a stream's text: whole, or head and tail around a marker.

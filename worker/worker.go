@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paddockhq/paddock/healer"
+	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -289,7 +290,7 @@ type Worker struct {
 	// vfsErr, when set, is why it cannot, and rw volume jobs are refused.
 	vfs    *volumeFS
 	vfsErr error
-	gate   atomic.Pointer[gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
+	gate   atomic.Pointer[asynqx.Gate] // dequeues wait here for a wake-up (wake.go); nil without Wakeups
 }
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
@@ -361,7 +362,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.poolReg, _ = w.m.RegisterPoolSize(func() int64 { return int64(w.rt.PoolSize()) })
 	}
 	if w.cfg.Wakeups {
-		w.gate.Store(newGate(w.cfg.TaskCheckInterval, slices.Collect(maps.Keys(w.cfg.Queues)))) // a fresh one: Stop closed the last
+		w.gate.Store(asynqx.NewGate(w.cfg.TaskCheckInterval, slices.Collect(maps.Keys(w.cfg.Queues)))) // a fresh one: Stop closed the last
 	}
 	for i := range w.cfg.Intakes {
 		// Concurrency shared out: the first ones take the remainder.
@@ -383,7 +384,7 @@ func (w *Worker) newServer(concurrency int) *asynq.Server {
 	var rdb redis.UniversalClient = w.rdb
 	check := w.cfg.TaskCheckInterval
 	if g := w.gate.Load(); w.cfg.Wakeups && g != nil {
-		rdb, check = gatedClient{UniversalClient: w.rdb, g: g}, gatedRoundGap
+		rdb, check = g.Client(w.rdb), asynqx.GatedRoundGap
 	}
 	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       concurrency,
@@ -406,7 +407,7 @@ func (w *Worker) newServer(concurrency int) *asynq.Server {
 // own running handlers within the shutdown grace).
 func (w *Worker) shutdownServers() {
 	if g := w.gate.Load(); g != nil {
-		g.close() // a processor waiting at the gate sees the shutdown
+		g.Close() // a processor waiting at the gate sees the shutdown
 	}
 	var wg sync.WaitGroup
 	for _, srv := range w.srvs {

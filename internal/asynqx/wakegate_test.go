@@ -1,4 +1,4 @@
-package worker
+package asynqx
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // gatedServer starts an asynq server over a gatedClient on a real Redis,
 // with a backstop so long that only a wake-up can make it ask Redis again,
 // and returns the gate and the count of tasks handled.
-func gatedServer(t *testing.T, queues ...string) (*gate, *asynq.Client, *atomic.Int64) {
+func gatedServer(t *testing.T, queues ...string) (*Gate, *asynq.Client, *atomic.Int64) {
 	t.Helper()
 	rdb := testsvc.StartRedis(t).Client()
 	t.Cleanup(func() { rdb.Close() })
@@ -24,16 +24,16 @@ func gatedServer(t *testing.T, queues ...string) (*gate, *asynq.Client, *atomic.
 	for i, q := range queues {
 		weights[q] = len(queues) - i
 	}
-	g := newGate(time.Hour, queues)
-	srv := asynq.NewServerFromRedisClient(gatedClient{UniversalClient: rdb, g: g}, asynq.Config{
-		Concurrency: 2, Queues: weights, TaskCheckInterval: gatedRoundGap, LogLevel: asynq.ErrorLevel,
+	g := NewGate(time.Hour, queues)
+	srv := asynq.NewServerFromRedisClient(g.Client(rdb), asynq.Config{
+		Concurrency: 2, Queues: weights, TaskCheckInterval: GatedRoundGap, LogLevel: asynq.ErrorLevel,
 	})
 	var handled atomic.Int64
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("t", func(context.Context, *asynq.Task) error { handled.Add(1); return nil })
 	require.NoError(t, srv.Start(mux))
 	t.Cleanup(func() {
-		g.close()
+		g.Close()
 		srv.Shutdown() // returns only because close ended the wait at the gate
 	})
 	c := asynq.NewClientFromRedisClient(rdb)
@@ -42,7 +42,7 @@ func gatedServer(t *testing.T, queues ...string) (*gate, *asynq.Client, *atomic.
 
 // waitIdle waits until the gate holds the processor: every queue was asked
 // once and found empty, and a wait began.
-func waitIdle(t *testing.T, g *gate) {
+func waitIdle(t *testing.T, g *Gate) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		g.mu.Lock()
@@ -58,7 +58,7 @@ func waitIdle(t *testing.T, g *gate) {
 
 // TestWakeGateSeesDequeues fails when asynq's dequeue no longer looks like
 // what dequeueQueue recognizes (an asynq upgrade): the gate would see no
-// dequeue, and the worker would poll Redis every gatedRoundGap.
+// dequeue, and the worker would poll Redis every GatedRoundGap.
 func TestWakeGateSeesDequeues(t *testing.T) {
 	g, _, _ := gatedServer(t, "critical", "default", "low")
 	waitIdle(t, g)
@@ -88,10 +88,10 @@ func TestWakeGateHoldsIdleWorker(t *testing.T) {
 func TestWakeGateWakeUp(t *testing.T) {
 	g, c, handled := gatedServer(t, "critical", "default", "low")
 	waitIdle(t, g)
-	g.wake("elsewhere")
+	g.Wake("elsewhere")
 	_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("low"))
 	require.NoError(t, err)
-	g.wake("low")
+	g.Wake("low")
 	// Only the wake-up can have let it through: the backstop is an hour.
 	// (Whether the processor was already waiting when it came, or between
 	// two rounds, depends on the scheduling: no counter is asserted.)
@@ -103,7 +103,7 @@ func TestWakeGateWakeUp(t *testing.T) {
 	for i := range 20 {
 		_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue([]string{"critical", "default", "low"}[i%3]))
 		require.NoError(t, err)
-		g.wake([]string{"critical", "default", "low"}[i%3])
+		g.Wake([]string{"critical", "default", "low"}[i%3])
 	}
 	require.Eventually(t, func() bool { return handled.Load() == 21 }, 10*time.Second, 5*time.Millisecond)
 }
@@ -112,10 +112,10 @@ func TestWakeGateWakeUp(t *testing.T) {
 // of the queue is in flight (it may have looked before the job was there)
 // makes the next dequeue ask Redis again.
 func TestWakeGateWakeDuringDequeue(t *testing.T) {
-	g := newGate(time.Hour, []string{"q"})
+	g := NewGate(time.Hour, []string{"q"})
 	ask, n := g.enter(context.Background(), "q")
 	require.True(t, ask)
-	g.wake("q") // the job lands and its wake-up comes before the script's answer
+	g.Wake("q") // the job lands and its wake-up comes before the script's answer
 	g.leave("q", n, false)
 	ask, _ = g.enter(context.Background(), "q")
 	assert.True(t, ask, "the wake-up during the dequeue was lost")
@@ -128,14 +128,14 @@ func TestWakeGateWakeDuringDequeue(t *testing.T) {
 		t.Fatal("a known-empty queue was asked without a wake-up")
 	case <-time.After(100 * time.Millisecond):
 	}
-	g.close()
+	g.Close()
 	assert.True(t, <-done, "close lets a waiting dequeue through")
 }
 
 // TestWakeGateBackstop: without a wake-up, a queue found empty is asked
 // again once the backstop passed.
 func TestWakeGateBackstop(t *testing.T) {
-	g := newGate(50*time.Millisecond, []string{"q"})
+	g := NewGate(50*time.Millisecond, []string{"q"})
 	_, n := g.enter(context.Background(), "q")
 	g.leave("q", n, false)
 	ask, _ := g.enter(context.Background(), "q")

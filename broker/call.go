@@ -31,7 +31,7 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer s.active.Done() // last: Serve returns after the record and the span
 	}
 	start := s.b.cfg.Now()
-	c := Call{Start: start, Grant: shorten(hostName(r.Host), 64), Method: shorten(r.Method, 16)}
+	c := Call{Start: start, Grant: job.Truncate(hostName(r.Host), 64), Method: job.Truncate(r.Method, 16)}
 	ctx, span := s.b.cfg.Tracer.Start(r.Context(), SpanCall, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(job.AttrJobID, s.j.ID), attribute.String(job.AttrTenant, s.j.Tenant)))
 	defer span.End()
@@ -144,7 +144,7 @@ func (s *session) admit(r *http.Request, c *Call) (*grant, target, *refusal) {
 			"grant %s: this job did not ask for it (its grants: %s): add it to the job's \"grants\"", name, list(s.j.Grants)))
 	case !slices.Contains(g.methods, r.Method):
 		return nil, target{}, forbidden(RuleMethod, fmt.Sprintf(
-			"grant %s: method %s not allowed (allowed: %s)", name, shorten(r.Method, 16), strings.Join(g.methods, ", ")))
+			"grant %s: method %s not allowed (allowed: %s)", name, job.Truncate(r.Method, 16), strings.Join(g.methods, ", ")))
 	}
 	t, terr := cleanTarget(r.RequestURI)
 	if terr != nil {
@@ -154,7 +154,7 @@ func (s *session) admit(r *http.Request, c *Call) (*grant, target, *refusal) {
 		}
 		return nil, target{}, forbidden(rule, fmt.Sprintf("grant %s: %s", name, terr.msg))
 	}
-	c.Path, c.QueryKeys = shorten(t.path, 256), t.queryKeys()
+	c.Path, c.QueryKeys = job.Truncate(t.path, 256), t.queryKeys()
 	if !g.allowsPath(t.segs) {
 		return nil, target{}, forbidden(RulePath, fmt.Sprintf(
 			"grant %s: path %s is outside the grant (allowed: %s)", name, short(t.path), g.patterns()))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/paddockhq/paddock/job"
 )
 
 // target is a box's request-target, checked: the path decoded (for the
@@ -166,7 +168,7 @@ func (t target) queryKeys() []string {
 			keys = append(keys, "…")
 			break
 		}
-		keys = append(keys, shorten(k, 64))
+		keys = append(keys, job.Truncate(k, 64))
 	}
 	sort.Strings(keys)
 	return keys
@@ -175,15 +177,4 @@ func (t target) queryKeys() []string {
 const maxQueryKeys = 16
 
 // short quotes s for a message, cut to 80 bytes: the box chose it.
-func short(s string) string { return fmt.Sprintf("%q", shorten(s, 80)) }
-
-// shorten cuts s to at most n bytes (on a rune boundary), marking the cut.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xc0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}
+func short(s string) string { return fmt.Sprintf("%q", job.Truncate(s, 80)) }

@@ -144,7 +144,7 @@ func (g *Gateway) readSubmission(w http.ResponseWriter, r *http.Request, id Iden
 	if spec.Volume != nil && strings.HasPrefix(spec.Volume.Name, sessionVolumePrefix) {
 		// A session's workspace is mounted only with the session's quota.
 		fields = append(fields, job.FieldError{Field: "volume.name",
-			Message: fmt.Sprintf("%q is a session's workspace: use \"session\" instead of naming its volume", truncate(spec.Volume.Name, 40))})
+			Message: fmt.Sprintf("%q is a session's workspace: use \"session\" instead of naming its volume", job.Truncate(spec.Volume.Name, 40))})
 	}
 	if len(fields) > 0 {
 		return job.Spec{}, "", invalidFields("the submission is invalid", fields)
@@ -238,17 +238,10 @@ func checkAPISessionName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' && i > 0) {
-			return fmt.Errorf("%q: use [a-z0-9-], starting with a letter or digit", truncate(name, 40))
+			return fmt.Errorf("%q: use [a-z0-9-], starting with a letter or digit", job.Truncate(name, 40))
 		}
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // parseWait reads ?wait=: a Go duration ("30s", "2m") or whole seconds
@@ -264,7 +257,7 @@ func parseWait(v string, max time.Duration) (time.Duration, error) {
 	}
 	if err != nil || d < 0 {
 		return 0, invalidFields("the query is invalid", []job.FieldError{{Field: "wait",
-			Message: fmt.Sprintf("%q is not a wait: give seconds (30) or a duration (30s, 2m), at most %s", truncate(v, 40), max)}})
+			Message: fmt.Sprintf("%q is not a wait: give seconds (30) or a duration (30s, 2m), at most %s", job.Truncate(v, 40), max)}})
 	}
 	return min(d, max), nil
 }
@@ -339,7 +332,7 @@ func (g *Gateway) getOutput(w http.ResponseWriter, r *http.Request, id Identity)
 	stream := r.PathValue("stream")
 	if stream != "stdout" && stream != "stderr" {
 		return invalidFields("the path is invalid", []job.FieldError{{Field: "stream",
-			Message: fmt.Sprintf("%q: want stdout or stderr", truncate(stream, 40))}})
+			Message: fmt.Sprintf("%q: want stdout or stderr", job.Truncate(stream, 40))}})
 	}
 	c, err := g.tenantClient(r.Context(), id)
 	if err != nil {

@@ -60,7 +60,7 @@ func listQuery(r *http.Request) (job.ListQuery, error) {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > job.MaxListLimit {
 			return q, invalidFields("the query is invalid", []job.FieldError{{Field: "limit",
-				Message: fmt.Sprintf("%q: want a whole number from 1 to %d", truncate(l, 20), job.MaxListLimit)}})
+				Message: fmt.Sprintf("%q: want a whole number from 1 to %d", job.Truncate(l, 20), job.MaxListLimit)}})
 		}
 		q.Limit = n
 	}

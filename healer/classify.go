@@ -86,7 +86,7 @@ func (f Failure) String() string {
 			b.WriteString(" (signal)")
 		}
 		if f.Line != "" {
-			b.WriteString(": " + quoteNote(truncate(f.Line, 120)))
+			b.WriteString(": " + quoteNote(job.Truncate(f.Line, 120)))
 		}
 	}
 	return b.String()

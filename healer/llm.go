@@ -346,7 +346,7 @@ func (m *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 // at most 512 bytes, valid UTF-8, the API key masked (an endpoint may
 // quote the key it refused).
 func (m *llmRepairer) logBody(raw []byte) string {
-	b := truncate(strings.ToValidUTF8(string(raw), "?"), 512)
+	b := job.Truncate(strings.ToValidUTF8(string(raw), "?"), 512)
 	if k := m.cfg.APIKey; k != "" {
 		b = strings.ReplaceAll(b, k, redact.Mask)
 	}

@@ -347,17 +347,6 @@ func tail(s string, n int) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// truncate returns at most n bytes of the start of s, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // commandHash identifies a command in traces without recording its text

@@ -176,7 +176,7 @@ func normalizeLine(l string) string {
 	l = reMaskPath.ReplaceAllString(l, "<path>")
 	l = reMaskNumber.ReplaceAllString(l, "N")
 	l = reMaskSpace.ReplaceAllString(strings.TrimSpace(l), " ")
-	return truncate(l, 256)
+	return job.Truncate(l, 256)
 }
 
 // memoRepairer is the first link of the repair chain: it replays a fix

@@ -219,9 +219,9 @@ func (c *shapeChecker) value(path string, t reflect.Type) error {
 		}
 		if _, err := strconv.ParseInt(string(n), 10, t.Bits()); err != nil {
 			if errors.Is(err, strconv.ErrRange) && integerPattern.MatchString(string(n)) {
-				return c.add(path, fmt.Sprintf("%s does not fit in a %d-bit integer", truncate(string(n), 40), t.Bits()))
+				return c.add(path, fmt.Sprintf("%s does not fit in a %d-bit integer", Truncate(string(n), 40), t.Bits()))
 			}
-			return c.add(path, fmt.Sprintf("%s is not an integer; write whole numbers without fraction or exponent", truncate(string(n), 40)))
+			return c.add(path, fmt.Sprintf("%s is not an integer; write whole numbers without fraction or exponent", Truncate(string(n), 40)))
 		}
 		return nil
 	case reflect.Float32, reflect.Float64:
@@ -230,7 +230,7 @@ func (c *shapeChecker) value(path string, t reflect.Type) error {
 			return c.mismatch(path, t, tok)
 		}
 		if _, err := strconv.ParseFloat(string(n), t.Bits()); err != nil {
-			return c.add(path, fmt.Sprintf("%s is out of range for a number", truncate(string(n), 40)))
+			return c.add(path, fmt.Sprintf("%s is out of range for a number", Truncate(string(n), 40)))
 		}
 		return nil
 	case reflect.Bool:
@@ -257,12 +257,12 @@ func (c *shapeChecker) textValue(path string, t reflect.Type, tok json.Token, st
 	}
 	v := reflect.New(t)
 	if err := v.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-		return c.add(path, fmt.Sprintf("%q is not %s", truncate(s, 40), jsonKind(t)))
+		return c.add(path, fmt.Sprintf("%q is not %s", Truncate(s, 40), jsonKind(t)))
 	}
 	if tm, ok := v.Interface().(*time.Time); ok {
 		// Decode stores times in UTC, which must stay encodable.
 		if y := tm.UTC().Year(); y < 0 || y > 9999 {
-			return c.add(path, fmt.Sprintf("%q is outside years 0000..9999 UTC", truncate(s, 40)))
+			return c.add(path, fmt.Sprintf("%q is outside years 0000..9999 UTC", Truncate(s, 40)))
 		}
 	}
 	return nil
@@ -489,7 +489,7 @@ var plainKey = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,64}$`)
 // joinPath appends key to a dotted path, quoting keys that are not plain.
 func joinPath(path, key string) string {
 	if !plainKey.MatchString(key) {
-		key = strconv.Quote(truncate(key, 40))
+		key = strconv.Quote(Truncate(key, 40))
 	}
 	if path == "" {
 		return key

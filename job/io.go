@@ -179,22 +179,22 @@ func CheckPath(p string) error {
 	case !utf8.ValidString(p):
 		return fmt.Errorf("is not valid UTF-8")
 	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("%q must be relative to the workspace, not absolute", truncate(p, 60))
+		return fmt.Errorf("%q must be relative to the workspace, not absolute", Truncate(p, 60))
 	case strings.ContainsFunc(p, unicode.IsControl):
-		return fmt.Errorf("%q contains a control character (such as a newline)", truncate(p, 60))
+		return fmt.Errorf("%q contains a control character (such as a newline)", Truncate(p, 60))
 	}
 	for _, e := range strings.Split(p, "/") {
 		switch {
 		case e == "" || e == ".":
-			return fmt.Errorf("%q has an empty or '.' element; write a clean path", truncate(p, 60))
+			return fmt.Errorf("%q has an empty or '.' element; write a clean path", Truncate(p, 60))
 		case e == "..":
-			return fmt.Errorf("%q must not contain '..'", truncate(p, 60))
+			return fmt.Errorf("%q must not contain '..'", Truncate(p, 60))
 		case len(e) > MaxPathElem:
 			return fmt.Errorf("has an element of %d bytes; at most %d allowed", len(e), MaxPathElem)
 		}
 	}
 	if p == ".paddock" || strings.HasPrefix(p, ".paddock/") {
-		return fmt.Errorf("%q is under .paddock/, which Paddock keeps for itself", truncate(p, 60))
+		return fmt.Errorf("%q is under .paddock/, which Paddock keeps for itself", Truncate(p, 60))
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func CheckPattern(p string) error {
 		}
 		// path.Match checks the syntax of the whole pattern, whatever the name.
 		if _, err := path.Match(e, ""); err != nil {
-			return fmt.Errorf("%q: element %q is not a valid pattern; use *, ?, [abc], [a-z], [^a-z] and \\ to escape", truncate(p, 60), truncate(e, 60))
+			return fmt.Errorf("%q: element %q is not a valid pattern; use *, ?, [abc], [a-z], [^a-z] and \\ to escape", Truncate(p, 60), Truncate(e, 60))
 		}
 	}
 	return nil
@@ -228,11 +228,11 @@ func CheckRef(r string) error {
 	}
 	for i := 0; i < len(r); i++ {
 		if c := r[i]; !idByte(c) && c != '.' && c != '/' {
-			return fmt.Errorf("%q: use [A-Za-z0-9._/-]", truncate(r, 60))
+			return fmt.Errorf("%q: use [A-Za-z0-9._/-]", Truncate(r, 60))
 		}
 	}
 	if strings.HasPrefix(r, "/") || strings.Contains(r, "..") {
-		return fmt.Errorf("%q must not start with '/' or contain '..'", truncate(r, 60))
+		return fmt.Errorf("%q must not start with '/' or contain '..'", Truncate(r, 60))
 	}
 	return nil
 }
@@ -245,7 +245,7 @@ func ParseMode(s string) (uint32, error) {
 	}
 	m, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || len(s) > 4 {
-		return 0, fmt.Errorf("%q is not an octal mode such as \"0644\"", truncate(s, 20))
+		return 0, fmt.Errorf("%q is not an octal mode such as \"0644\"", Truncate(s, 20))
 	}
 	if m > 0o777 || m&0o400 == 0 {
 		return 0, fmt.Errorf("%q is out of range; allowed 0400..0777 (owner-readable, no setuid, setgid or sticky bit)", s)
@@ -303,7 +303,7 @@ func (v *validator) checkFiles(s *Spec, caps Caps) {
 		if err := CheckPath(f.Path); err != nil {
 			v.add(field+".path", err.Error())
 		} else if paths[f.Path] {
-			v.add(field+".path", fmt.Sprintf("%q is given twice", truncate(f.Path, 60)))
+			v.add(field+".path", fmt.Sprintf("%q is given twice", Truncate(f.Path, 60)))
 		} else {
 			paths[f.Path] = true
 		}
@@ -314,7 +314,7 @@ func (v *validator) checkFiles(s *Spec, caps Caps) {
 			continue
 		}
 		if dir := fileAncestor(f.Path, paths); dir != "" {
-			v.add(fmt.Sprintf("files[%d].path", i), fmt.Sprintf("%q is under %q, which is a file of this job too", truncate(f.Path, 60), truncate(dir, 60)))
+			v.add(fmt.Sprintf("files[%d].path", i), fmt.Sprintf("%q is under %q, which is a file of this job too", Truncate(f.Path, 60), Truncate(dir, 60)))
 		}
 	}
 	if inline > caps.MaxInlineBytes {

@@ -169,7 +169,7 @@ func (v *validator) checkCommand(command string) {
 // checkImage checks that image, if set, is one of the allowed images.
 func (v *validator) checkImage(image string, allowed []string) {
 	if image != "" && !slices.Contains(allowed, image) {
-		v.add("image", fmt.Sprintf("%q is not allowed; allowed images: %s", truncate(image, 100), strings.Join(allowed, ", ")))
+		v.add("image", fmt.Sprintf("%q is not allowed; allowed images: %s", Truncate(image, 100), strings.Join(allowed, ", ")))
 	}
 }
 
@@ -185,7 +185,7 @@ func (v *validator) checkEnv(env map[string]string, allow []string) {
 		f := "env." + name
 		switch {
 		case !envNamePattern.MatchString(name):
-			v.add("env", fmt.Sprintf("name %q must match [A-Za-z_][A-Za-z0-9_]{0,127}", truncate(name, 40)))
+			v.add("env", fmt.Sprintf("name %q must match [A-Za-z_][A-Za-z0-9_]{0,127}", Truncate(name, 40)))
 		case IsReservedEnv(name):
 			v.add(f, "is reserved for the sandbox (PATH, HOME, LD_*, PADDOCK_*, … cannot be set)")
 		case len(allow) > 0 && !envAllowed(allow, name):
@@ -217,7 +217,7 @@ func (v *validator) checkWorkdir(workdir string) {
 // checkQueue checks that queue, if set, is one of the configured queues.
 func (v *validator) checkQueue(queue string, queues []string) {
 	if queue != "" && !slices.Contains(queues, queue) {
-		v.add("queue", fmt.Sprintf("%q is not a configured queue; queues: %s", truncate(queue, 100), strings.Join(queues, ", ")))
+		v.add("queue", fmt.Sprintf("%q is not a configured queue; queues: %s", Truncate(queue, 100), strings.Join(queues, ", ")))
 	}
 }
 
@@ -238,7 +238,7 @@ func (v *validator) checkGrants(grants []string) {
 		f := fmt.Sprintf("grants[%d]", i)
 		switch {
 		case !grantPattern.MatchString(g):
-			v.add(f, fmt.Sprintf("%q must be a DNS label: 1-63 of [a-z0-9-], starting with a letter, not ending with '-'", truncate(g, 70)))
+			v.add(f, fmt.Sprintf("%q must be a DNS label: 1-63 of [a-z0-9-], starting with a letter, not ending with '-'", Truncate(g, 70)))
 		case slices.Contains(grants[:i], g):
 			v.add(f, fmt.Sprintf("%q is named twice", g))
 		}
@@ -253,7 +253,7 @@ func (v *validator) checkLabels(labels map[string]string) {
 	}
 	for _, k := range sortedKeys(labels) {
 		if !labelPattern.MatchString(k) {
-			v.add("labels", fmt.Sprintf("key %q must be 1-63 of [A-Za-z0-9._/-], starting and ending alphanumeric", truncate(k, 40)))
+			v.add("labels", fmt.Sprintf("key %q must be 1-63 of [A-Za-z0-9._/-], starting and ending alphanumeric", Truncate(k, 40)))
 			continue
 		}
 		v.text("labels."+k, labels[k], 0, MaxLabelValue)
@@ -268,7 +268,7 @@ func (v *validator) checkHeal(h *HealPolicy, caps Caps) {
 	switch h.Mode {
 	case "", HealOff, HealRules, HealLLM:
 	default:
-		v.add("heal.mode", fmt.Sprintf("%q is not one of off, rules, llm", truncate(string(h.Mode), 20)))
+		v.add("heal.mode", fmt.Sprintf("%q is not one of off, rules, llm", Truncate(string(h.Mode), 20)))
 	}
 	if h.MaxAttempts < 0 || h.MaxAttempts > caps.MaxAttempts {
 		v.add("heal.max_attempts", fmt.Sprintf("%d is out of range; allowed 1..%d (0 = default)", h.MaxAttempts, caps.MaxAttempts))
@@ -299,7 +299,7 @@ func (v *validator) checkVolume(vol *Volume, enabled bool) {
 	switch vol.Mode {
 	case "", VolumeRW, VolumeRO:
 	default:
-		v.add("volume.mode", fmt.Sprintf("%q is not rw or ro", truncate(string(vol.Mode), 20)))
+		v.add("volume.mode", fmt.Sprintf("%q is not rw or ro", Truncate(string(vol.Mode), 20)))
 	}
 	if !enabled {
 		v.add("volume", "shared volumes are not enabled on this fleet (no volume root configured)")
@@ -419,8 +419,10 @@ func envAllowed(allow []string, name string) bool {
 
 func secs(d time.Duration) int64 { return int64(d / time.Second) }
 
-// truncate shortens s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes on a rune boundary, marking the
+// cut with "…" (after the n bytes). It is how every package quotes
+// untrusted or long text in a message.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -496,7 +496,7 @@ func TestValidIDAndReservedEnv(t *testing.T) {
 
 func TestTruncate(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, "abc", truncate("abc", 3))
-	assert.Equal(t, "ab…", truncate("abc", 2))
-	assert.Equal(t, "a…", truncate("aé", 2), "never cuts a rune")
+	assert.Equal(t, "abc", Truncate("abc", 3))
+	assert.Equal(t, "ab…", Truncate("abc", 2))
+	assert.Equal(t, "a…", Truncate("aé", 2), "never cuts a rune")
 }

@@ -260,14 +260,7 @@ func parseCursor(c string) (score, member string, err error) {
 			}
 		}
 	}
-	return "", "", fmt.Errorf("%w %q: pass a next_cursor from a previous page unchanged, or none for the first page", ErrBadCursor, trunc(c, 40))
-}
-
-func trunc(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return "", "", fmt.Errorf("%w %q: pass a next_cursor from a previous page unchanged, or none for the first page", ErrBadCursor, job.Truncate(c, 40))
 }
 
 // Changes returns tenant's summaries (every tenant's when tenant is "")

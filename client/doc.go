@@ -21,11 +21,15 @@
 // and never create a consumer. A request the server refuses fails at once
 // with a *PermissionError (errors.Is ErrPermission), not at its deadline.
 //
-// Agent I/O (io.go): Follow yields a job's live output as it runs (an
-// ordered consumer on the tenant's output stream, job.OutputStream);
-// Output streams the complete stdout or stderr a job kept, Artifacts and
-// Artifact the files it left (the tenant's output bucket, job.OutBucket);
-// Put uploads a file for jobs to name by reference (job.InBucket).
+// Agent I/O (io.go): Follow yields a job's live output as it runs (direct
+// gets of the tenant's output stream, job.OutputStream; no consumer), and
+// CopyFollow writes it to a stdout and a stderr with a marker at each gap
+// (copyfollow.go); Output streams the complete stdout or stderr a job
+// kept, Artifacts and Artifact the files it left (the tenant's output
+// bucket, job.OutBucket); Put uploads a file for jobs to name by reference
+// (job.InBucket), and PutFile a local file under its default ref.
+// AttachFiles puts local files in a spec, inline while they are small and
+// uploaded by PutFile otherwise (attach.go).
 //
 // Every submission carries a job id (assigned by NewID when the spec has
 // none) that is also its Nats-Msg-Id, so submitting the same spec again, or

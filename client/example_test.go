@@ -137,7 +137,8 @@ func ExampleClient_Get() {
 }
 
 // standInFleet is an embedded NATS server with Paddock's streams and a
-// goroutine that "runs" each submission by echoing the command's argument:
+// goroutine that "runs" each submission by echoing the command's argument
+// (in its result and as its live output):
 // just enough of a scheduler and a worker for the examples (the tests of
 // the scheduler package run the real one).
 type standInFleet struct {
@@ -183,10 +184,23 @@ func startStandInFleet() standInFleet {
 		}
 		var arg string
 		_, _ = fmt.Sscanf(spec.Command, "echo %s", &arg)
+		live := nats.NewMsg(job.OutputSubject(job.DefaultTenant, spec.ID)) // its live output: one chunk
+		live.Header.Set(job.HeaderOutStream, "stdout")
+		live.Header.Set(job.HeaderOutSeq, "1")
+		live.Header.Set(job.HeaderOutRun, "1")
+		live.Data = []byte(arg + "\n")
+		if _, err := js.PublishMsg(ctx, live); err != nil {
+			return
+		}
 		r := job.Result{ID: spec.ID, Stdout: job.Output{Text: arg + "\n", Bytes: int64(len(arg) + 1)}}
 		r.Finish(job.ReasonOK)
 		data, _ := json.Marshal(r)
-		if _, err := js.Publish(ctx, job.ResultSubject(job.DefaultTenant, spec.ID), data); err == nil {
+		if _, err := js.Publish(ctx, job.ResultSubject(job.DefaultTenant, spec.ID), data); err != nil {
+			return
+		}
+		end := nats.NewMsg(job.OutputSubject(job.DefaultTenant, spec.ID)) // the end marker, after the result
+		end.Header.Set(job.HeaderOutEnd, string(job.ReasonOK))
+		if _, err := js.PublishMsg(ctx, end); err == nil {
 			_ = m.Ack()
 		}
 	})

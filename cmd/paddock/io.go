@@ -2,13 +2,11 @@ package main
 
 // Agent I/O on the command line: submit's --follow, --keep-output,
 // --in-file, --artifact and --stdin, and the logs, output, put and
-// artifacts commands (client/io.go does the work).
+// artifacts commands (client/io.go, attach.go and copyfollow.go do the
+// work).
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -94,50 +92,31 @@ func readStdin(name string) (string, error) {
 	return string(data), nil
 }
 
-// attach adds the --in-file files to the spec: inline while their total
-// stays within job.DefaultInlineBytes, the others uploaded (Put) under
-// in/<sha256>/<name> and given by reference.
+// attach adds the --in-file files to the spec (client.AttachFiles: small
+// ones inline, the others uploaded first and given by reference).
 func (f *submitIO) attach(ctx context.Context, c *client.Client, s *job.Spec, stderr io.Writer) error {
-	var inline int64
-	seen := map[string]bool{}
-	for _, v := range f.inFiles {
-		local, dst := splitInFile(v)
-		if err := job.CheckPath(dst); err != nil {
-			return fmt.Errorf("--in-file %q: path %v", v, err)
-		}
-		if seen[dst] {
-			return fmt.Errorf("--in-file %q: %s is given twice", v, dst)
-		}
-		seen[dst] = true
-		st, err := os.Stat(local)
-		if err != nil {
-			return fmt.Errorf("--in-file: %w", err)
-		}
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("--in-file %s: not a regular file (send a directory as an archive)", local)
-		}
-		file := job.File{Path: dst, Mode: fmt.Sprintf("%04o", st.Mode().Perm()&0o777|0o400)}
-		if inline+st.Size() <= job.DefaultInlineBytes {
-			data, err := readAtMost(local, job.DefaultInlineBytes-inline)
-			if err == nil {
-				inline += int64(len(data))
-				file.ContentB64 = base64.StdEncoding.EncodeToString(data)
-				s.Files = append(s.Files, file)
-				continue
-			}
-			if !errors.Is(err, errGrew) {
-				return fmt.Errorf("--in-file: %w", err)
-			}
-		}
-		obj, err := uploadFile(ctx, c, local, "")
-		if err != nil {
-			return fmt.Errorf("--in-file %s: %w", local, err)
-		}
-		fmt.Fprintf(stderr, "uploaded %s (%d bytes) as %s\n", local, obj.Bytes, obj.Name)
-		file.Ref = obj.Name
-		s.Files = append(s.Files, file)
+	files := make([]client.LocalFile, len(f.inFiles))
+	for i, v := range f.inFiles {
+		files[i].Name, files[i].Path = splitInFile(v)
 	}
-	return nil
+	err := c.AttachFiles(ctx, s, files, client.AttachOptions{Uploaded: func(lf client.LocalFile, obj job.Object) {
+		fmt.Fprintf(stderr, "uploaded %s (%d bytes) as %s\n", lf.Name, obj.Bytes, obj.Name)
+	}})
+	var fe *client.FileError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	switch v, local := f.inFiles[fe.Index], fe.File.Name; {
+	case errors.Is(fe.Err, client.ErrDuplicatePath):
+		return fmt.Errorf("--in-file %q: %s is given twice", v, fe.File.Path)
+	case fe.Op == "path":
+		return fmt.Errorf("--in-file %q: path %v", v, fe.Err)
+	case errors.Is(fe.Err, client.ErrNotRegular):
+		return fmt.Errorf("--in-file %s: not a regular file (send a directory as an archive)", local)
+	case fe.Op == "upload":
+		return fmt.Errorf("--in-file %s: %w", local, fe.Err)
+	}
+	return fmt.Errorf("--in-file: %w", fe.Err)
 }
 
 // splitInFile splits LOCAL[:PATH] at its last colon; PATH defaults to
@@ -147,68 +126,6 @@ func splitInFile(v string) (local, dst string) {
 		return v[:i], v[i+1:]
 	}
 	return v, filepath.Base(v)
-}
-
-var errGrew = errors.New("the file grew while it was read")
-
-// readAtMost reads file, which must hold at most n bytes.
-func readAtMost(file string, n int64) ([]byte, error) {
-	fh, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, n+1))
-	if err == nil && int64(len(data)) > n {
-		err = errGrew
-	}
-	return data, err
-}
-
-// uploadFile puts local under ref; an empty ref is in/<sha256>/<name>,
-// with the file read twice (hashed, then sent) and checked unchanged.
-func uploadFile(ctx context.Context, c *client.Client, local, ref string) (job.Object, error) {
-	fh, err := os.Open(local)
-	if err != nil {
-		return job.Object{}, err
-	}
-	defer fh.Close()
-	want := ""
-	if ref == "" {
-		h := sha256.New()
-		if _, err := io.Copy(h, fh); err != nil {
-			return job.Object{}, err
-		}
-		if _, err := fh.Seek(0, io.SeekStart); err != nil {
-			return job.Object{}, err
-		}
-		want = hex.EncodeToString(h.Sum(nil))
-		ref = "in/" + want + "/" + refName(filepath.Base(local))
-	}
-	obj, err := c.Put(ctx, ref, fh)
-	if err == nil && want != "" && obj.SHA256 != want {
-		err = fmt.Errorf("%s changed while it was uploaded (sha256 %s, then %s): upload it again", local, want, obj.SHA256)
-	}
-	return obj, err
-}
-
-// refName makes a file name fit an object ref (job.CheckRef): bytes
-// outside [A-Za-z0-9._-] become '_', no "..", at most 180 bytes.
-func refName(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			b[i] = '_'
-		}
-	}
-	s := string(b[:min(len(b), 180)])
-	for strings.Contains(s, "..") {
-		s = strings.ReplaceAll(s, "..", "._")
-	}
-	if s == "" || s == "." {
-		s = "file"
-	}
-	return s
 }
 
 // newClient connects a client command as its tenant; close releases both.
@@ -235,9 +152,9 @@ func followJob(ctx context.Context, g *globals, f *submitFlags, c *client.Client
 		defer cancel()
 	}
 	fmt.Fprintf(g.stderr, "job %s submitted; following its output\n", id)
-	n, _, err := printLive(ctx, c, id, g.stdout, g.stderr)
+	n, err := c.CopyFollow(ctx, id, g.stdout, g.stderr)
 	switch {
-	case errors.Is(err, client.ErrNoLiveOutput) && n == 0:
+	case errors.Is(err, client.ErrNoLiveOutput) && n.Chunks == 0:
 		if err := printStored(ctx, g, c, id); err != nil {
 			return err
 		}
@@ -290,67 +207,6 @@ func printSummary(w io.Writer, r job.Result) {
 	if len(r.Artifacts) > 0 || len(r.Refused) > 0 {
 		fmt.Fprintf(w, "artifacts %d collected, %d refused: paddock artifacts %s\n", len(r.Artifacts), len(r.Refused), r.ID)
 	}
-}
-
-// liveWriter prints chunks: stdout's to out, stderr's and the markers to
-// errw, a marker always on a line of its own.
-type liveWriter struct {
-	out, errw  io.Writer
-	errMidLine bool        // errw's last byte was not a newline
-	next       map[int]int // run → the chunk seq expected next
-	run        int         // the run of the last chunk
-}
-
-func (l *liveWriter) mark(format string, args ...any) {
-	if l.errMidLine {
-		fmt.Fprintln(l.errw)
-	}
-	fmt.Fprintf(l.errw, format+"\n", args...)
-	l.errMidLine = false
-}
-
-func (l *liveWriter) chunk(ch client.Chunk) error {
-	if l.run != 0 && ch.Run != l.run {
-		l.mark("[— run %d of the job —]", ch.Run)
-	}
-	l.run = ch.Run
-	if want := max(l.next[ch.Run], 1); ch.Seq > want {
-		l.mark("[… %d chunks of run %d are no longer in the live stream]", ch.Seq-want, ch.Run)
-	}
-	l.next[ch.Run] = ch.Seq + 1
-	if ch.Skipped > 0 {
-		l.mark("[… %d bytes skipped on %s]", ch.Skipped, ch.Stream)
-	}
-	w := l.out
-	if ch.Stream == "stderr" {
-		w = l.errw
-		if len(ch.Data) > 0 {
-			l.errMidLine = ch.Data[len(ch.Data)-1] != '\n'
-		}
-	}
-	_, err := w.Write(ch.Data)
-	return err
-}
-
-// printLive prints the live output of id as it comes (liveWriter) and
-// returns the number of chunks printed and the end marker (nil when the
-// output did not reach it).
-func printLive(ctx context.Context, c *client.Client, id string, out, errw io.Writer, opts ...client.FollowOption) (int, *client.Chunk, error) {
-	l := &liveWriter{out: out, errw: errw, next: map[int]int{}}
-	n := 0
-	for ch, err := range c.Follow(ctx, id, opts...) {
-		if err != nil {
-			return n, nil, err
-		}
-		if ch.End {
-			return n, &ch, nil
-		}
-		if err := l.chunk(ch); err != nil {
-			return n, nil, err
-		}
-		n++
-	}
-	return n, nil, nil
 }
 
 // printStored prints what is left of id's output when the live stream
@@ -419,15 +275,15 @@ with a note on stderr saying which.`,
 			if !follow {
 				opts = append(opts, client.NoWait())
 			}
-			n, end, err := printLive(ctx, c, id, g.stdout, g.stderr, opts...)
+			n, err := c.CopyFollow(ctx, id, g.stdout, g.stderr, opts...)
 			switch {
-			case errors.Is(err, client.ErrNoLiveOutput) && n == 0:
+			case errors.Is(err, client.ErrNoLiveOutput) && n.Chunks == 0:
 				return printStored(ctx, g, c, id)
 			case errors.Is(err, client.ErrNoLiveOutput):
 				fmt.Fprintf(g.stderr, "paddock: the live output of %s ended early (%v); `paddock output %s` has it all when kept\n", id, err, id)
 			case err != nil:
 				return err
-			case end == nil && !follow:
+			case !n.End && !follow:
 				fmt.Fprintf(g.stderr, "paddock: job %s has not ended; `paddock logs -f %s` follows it\n", id, id)
 			}
 			return nil
@@ -515,7 +371,7 @@ uploads large files so by itself.`,
 			if file == "-" {
 				obj, err = c.Put(ctx, ref, os.Stdin)
 			} else {
-				obj, err = uploadFile(ctx, c, file, ref)
+				obj, err = c.PutFile(ctx, file, ref)
 			}
 			if err != nil {
 				return err

@@ -549,8 +549,7 @@ func (c *compose) waitHealthy(workers int, timeout time.Duration) {
 			c.dumpLogs()
 			c.t.Fatalf("not healthy after %s: %v", timeout, bad)
 		}
-		// sleep: the poll interval of this deadline-bounded poll; each
-		// round runs docker ps, so not much faster.
+		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
 		time.Sleep(time.Second)
 	}
 }
@@ -725,8 +724,7 @@ func (c *compose) down() {
 			c.t.Errorf("left after down: %v", left)
 			return
 		}
-		// sleep: the poll interval of this deadline-bounded poll; each
-		// round runs docker ps.
+		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
 		time.Sleep(time.Second)
 	}
 }

@@ -116,8 +116,7 @@ func criticalSection(h *locks.Held) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	// sleep: widens the read-modify-write window so that two holders at
-	// once would lose an update; nothing is waited for.
+	// sleep: widens the read-modify-write window two holders at once would lose an update in.
 	time.Sleep(time.Millisecond)
 	if err := os.WriteFile(counter, []byte(strconv.Itoa(n+1)), 0o644); err != nil {
 		return err

@@ -94,8 +94,7 @@ func TestLeaseRefreshKeepsItAlive(t *testing.T) {
 
 	// Hold for several ttls: only the watchdog keeps the key alive.
 	key, _ := s.leaser.KeysForTest("r")
-	// sleep: time must pass (2.5 ttls) for the refreshes under test; the
-	// key is checked every 20 ms meanwhile.
+	// sleep: 2.5 ttls must pass for the refreshes under test; the key is checked every 20 ms.
 	for end := time.Now().Add(5 * ttl / 2); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		require.Equal(t, owner, s.leaseOwner(t, "r"))
 		require.False(t, closed(l.Lost()))
@@ -260,8 +259,7 @@ func TestLeaseLostWhenRedisDownPastTTL(t *testing.T) {
 		t.Fatal("Lost did not fire while Redis was down")
 	}
 	require.ErrorIs(t, l.Err(), locks.ErrLeaseLost)
-	// sleep: the key's absolute expiry must pass while Redis is down;
-	// nothing can be asked of a stopped server.
+	// sleep: the key's absolute expiry must pass while Redis is down (nothing to ask it).
 	time.Sleep(ttl)
 	s.redis.Restart()
 

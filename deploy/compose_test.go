@@ -549,6 +549,7 @@ func (c *compose) waitHealthy(workers int, timeout time.Duration) {
 			c.dumpLogs()
 			c.t.Fatalf("not healthy after %s: %v", timeout, bad)
 		}
+		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
 		time.Sleep(time.Second)
 	}
 }
@@ -617,6 +618,7 @@ func (c *compose) killWorkerAfter(ctx context.Context, js jetstream.JetStream, d
 				break
 			}
 		}
+		// sleep: the poll interval of this poll, bounded by ctx.
 		time.Sleep(200 * time.Millisecond)
 	}
 	workers := c.containers("worker")
@@ -722,6 +724,7 @@ func (c *compose) down() {
 			c.t.Errorf("left after down: %v", left)
 			return
 		}
+		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
 		time.Sleep(time.Second)
 	}
 }

@@ -52,13 +52,16 @@ func TestAcquireFileWaitsForRelease(t *testing.T) {
 	l1, err := locks.AcquireFile(context.Background(), path, locks.FileOptions{})
 	require.NoError(t, err)
 
+	// Released once the second AcquireFile polls again (it was refused):
+	// it really waits for the release, and then gets the lock.
+	ctx := newPollSignal(context.Background())
 	released := make(chan struct{})
 	go func() {
-		time.Sleep(30 * time.Millisecond)
+		<-ctx.polled
 		assert.NoError(t, l1.Release())
 		close(released)
 	}()
-	l2, err := locks.AcquireFile(context.Background(), path, locks.FileOptions{Timeout: time.Minute})
+	l2, err := locks.AcquireFile(ctx, path, locks.FileOptions{Timeout: time.Minute})
 	require.NoError(t, err)
 	<-released
 	assert.Greater(t, l2.Waited(), time.Duration(0))
@@ -95,9 +98,12 @@ func TestAcquireFileContextEnds(t *testing.T) {
 	require.NoError(t, err)
 	defer l1.Release()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-	_, err = locks.AcquireFile(ctx, path, locks.FileOptions{Timeout: time.Minute})
+	// Canceled once AcquireFile was refused and polls again: it ends
+	// while waiting.
+	inner, cancel := context.WithCancel(context.Background())
+	polling := newPollSignal(inner)
+	go func() { <-polling.polled; cancel() }()
+	_, err = locks.AcquireFile(polling, path, locks.FileOptions{Timeout: time.Minute})
 	require.ErrorIs(t, err, locks.ErrNotObtained)
 	require.ErrorIs(t, err, context.Canceled)
 

@@ -83,12 +83,15 @@ func TestObtainWaitsForRelease(t *testing.T) {
 	l1, err := s.leaser.Obtain(ctx, "r", 10*time.Second, 0)
 	require.NoError(t, err)
 
+	// The release waits until the second Obtain was refused once: it
+	// really waits for the release, and then gets the lease.
+	rdb := newSignalClient(s.rdb)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		time.Sleep(50 * time.Millisecond)
+		<-rdb.refused
 		assert.NoError(t, l1.Release(ctx))
 	})
-	l2, err := s.leaser.Obtain(ctx, "r", 10*time.Second, time.Minute)
+	l2, err := s.newLeaser(t, rdb).Obtain(ctx, "r", 10*time.Second, time.Minute)
 	require.NoError(t, err)
 	wg.Wait()
 	assert.Greater(t, l2.Token(), l1.Token())
@@ -118,9 +121,11 @@ func TestObtainContextEnds(t *testing.T) {
 	require.NoError(t, err)
 	defer l1.Release(context.Background())
 
+	// Canceled once the Obtain was refused: it ends while waiting.
+	rdb := newSignalClient(s.rdb)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(30 * time.Millisecond); cancel() }()
-	_, err = s.leaser.Obtain(ctx, "r", 10*time.Second, time.Minute)
+	go func() { <-rdb.refused; cancel() }()
+	_, err = s.newLeaser(t, rdb).Obtain(ctx, "r", 10*time.Second, time.Minute)
 	require.ErrorIs(t, err, locks.ErrNotObtained)
 	require.ErrorIs(t, err, context.Canceled)
 }

@@ -2,8 +2,11 @@ package locks_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +104,7 @@ func eventually(tb testing.TB, within time.Duration, cond func() bool, msg strin
 		if time.Now().After(deadline) {
 			tb.Fatalf("not within %s: %s", within, msg)
 		}
+		// sleep: the poll interval of this deadline-bounded poll helper.
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -112,4 +116,54 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// signalClient wraps the real client and reports what it saw: the first
+// script call answered redis.Nil (an obtain refused: the lease is held)
+// closes refused, and every call answered is counted in calls.
+type signalClient struct {
+	locks.RedisClient
+	calls   atomic.Int64
+	once    sync.Once
+	refused chan struct{}
+}
+
+func newSignalClient(real locks.RedisClient) *signalClient {
+	return &signalClient{RedisClient: real, refused: make(chan struct{})}
+}
+
+func (c *signalClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.saw(c.RedisClient.Eval(ctx, script, keys, args...))
+}
+
+func (c *signalClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.saw(c.RedisClient.EvalSha(ctx, sha1, keys, args...))
+}
+
+func (c *signalClient) saw(cmd *redis.Cmd) *redis.Cmd {
+	c.calls.Add(1)
+	if errors.Is(cmd.Err(), redis.Nil) {
+		c.once.Do(func() { close(c.refused) })
+	}
+	return cmd
+}
+
+// pollSignal is a context that closes polled the second time its Err is
+// asked: a wait loop that checks its context on every round has been
+// refused once and has come back for another try.
+type pollSignal struct {
+	context.Context
+	n      atomic.Int64
+	polled chan struct{}
+}
+
+func newPollSignal(ctx context.Context) *pollSignal {
+	return &pollSignal{Context: ctx, polled: make(chan struct{})}
+}
+
+func (c *pollSignal) Err() error {
+	if c.n.Add(1) == 2 {
+		close(c.polled)
+	}
+	return c.Context.Err()
 }

@@ -116,7 +116,8 @@ func criticalSection(h *locks.Held) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	time.Sleep(time.Millisecond) // widen the window a lost update needs
+	// sleep: widens the read-modify-write window two holders at once would lose an update in.
+	time.Sleep(time.Millisecond)
 	if err := os.WriteFile(counter, []byte(strconv.Itoa(n+1)), 0o644); err != nil {
 		return err
 	}

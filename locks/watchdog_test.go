@@ -78,6 +78,7 @@ func watchUntilLost(t *testing.T, s *setup, l *locks.Lease, owner string, within
 			return
 		}
 		require.False(t, time.Now().After(deadline), "Lost did not fire within %s", within)
+		// sleep: the poll interval; each round must read Redis, then Lost.
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -93,6 +94,7 @@ func TestLeaseRefreshKeepsItAlive(t *testing.T) {
 
 	// Hold for several ttls: only the watchdog keeps the key alive.
 	key, _ := s.leaser.KeysForTest("r")
+	// sleep: 2.5 ttls must pass for the refreshes under test; the key is checked every 20 ms.
 	for end := time.Now().Add(5 * ttl / 2); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		require.Equal(t, owner, s.leaseOwner(t, "r"))
 		require.False(t, closed(l.Lost()))
@@ -257,7 +259,8 @@ func TestLeaseLostWhenRedisDownPastTTL(t *testing.T) {
 		t.Fatal("Lost did not fire while Redis was down")
 	}
 	require.ErrorIs(t, l.Err(), locks.ErrLeaseLost)
-	time.Sleep(ttl) // let the key's absolute expiry pass while Redis is down
+	// sleep: the key's absolute expiry must pass while Redis is down (nothing to ask it).
+	time.Sleep(ttl)
 	s.redis.Restart()
 
 	assert.Empty(t, s.leaseOwner(t, "r"), "the key expired during the outage")
@@ -275,15 +278,20 @@ func TestLeaseWatchdogStartStopRepeatedly(t *testing.T) {
 	s := newSetup(t)
 	ctx := context.Background()
 	key, _ := s.leaser.KeysForTest("r")
+	rdb := newSignalClient(s.rdb)
+	leaser := s.newLeaser(t, rdb)
 	for i := range 30 {
-		l, err := s.leaser.Obtain(ctx, "r", 90*time.Millisecond, time.Minute)
+		l, err := leaser.Obtain(ctx, "r", 90*time.Millisecond, time.Minute)
 		require.NoError(t, err)
+		obtained := rdb.calls.Load()
 		switch i % 3 {
 		case 0:
 			require.NoError(t, s.rdb.Del(ctx, key).Err())
 			eventually(t, 10*time.Second, func() bool { return closed(l.Lost()) }, "lost")
 		case 1:
-			time.Sleep(40 * time.Millisecond) // let a refresh be in flight or due
+			// A refresh was answered: the watchdog is in its loop, the
+			// next refresh due.
+			eventually(t, 10*time.Second, func() bool { return rdb.calls.Load() > obtained }, "a refresh")
 		}
 		// On a loaded machine a 90 ms lease may really be lost: either
 		// outcome is fine here, the goroutine must end in both.

@@ -112,6 +112,7 @@ func TestLiveBytesStayInPlace(t *testing.T) {
 		k := min(7000, total-off[st]) // pieces unaligned with any chunk
 		l.Write(st, pattern[off[st]:off[st]+k])
 		off[st] += k
+		// sleep: paces the writer over the clock-based live rate limit, so buffers refill mid-send.
 		time.Sleep(50 * time.Microsecond)
 	}
 	l.Close(job.ReasonOK)

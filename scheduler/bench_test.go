@@ -26,9 +26,7 @@ func BenchmarkSchedule(b *testing.B) {
 	require.NoError(b, err)
 	b.ResetTimer()
 	s.scheduler(s.asynq, cfg)
-	for s.jobsInStream() > 0 {
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(b, func() bool { return s.jobsInStream() == 0 }, wait, time.Millisecond)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -31,6 +32,35 @@ func (s *setup) taskOf(tenant, id string) {
 func (s *setup) hasTask(tenant, id string) bool {
 	_, err := s.insp.GetTaskInfo("default", job.Key(tenant, id))
 	return err == nil
+}
+
+// consumer is the scheduler consumer's state on tenant's stream.
+func (s *setup) consumer(tenant string) *jetstream.ConsumerInfo {
+	s.t.Helper()
+	c, err := s.js.Consumer(context.Background(), job.JobsStream(tenant), job.ConsumerSchedulers)
+	require.NoError(s.t, err)
+	info, err := c.Info(context.Background())
+	require.NoError(s.t, err)
+	return info
+}
+
+// withheld polls until the server holds tenant's next jobs back: delivered
+// jobs are unacknowledged, waiting ones are in the stream, and a reader's
+// pull request is waiting for them. The server had a reader to hand the
+// next job to and kept it: what a job over max-running needs to be absent.
+func (s *setup) withheld(tenant string, delivered, waiting int) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		c := s.consumer(tenant)
+		return c.NumAckPending == delivered && c.NumPending == uint64(waiting) && c.NumWaiting > 0
+	}, wait, 10*time.Millisecond, "tenant %s: want %d delivered, %d waiting and a pull waiting", tenant, delivered, waiting)
+}
+
+// waitingForSlot polls until n readers wait for a slot, each with its
+// tenant's next message in hand.
+func waitingForSlot(t *testing.T, sch *scheduler.Scheduler, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return sch.WaitingForSlot() == n }, wait, 5*time.Millisecond, "%d readers waiting for a slot", n)
 }
 
 func tenantsConfig(qs ...scheduler.Quota) scheduler.Config {
@@ -77,7 +107,7 @@ func TestMaxRunningHoldsTheBacklog(t *testing.T) {
 	}
 	s.taskOf("a", "j0")
 	s.taskOf("a", "j1")
-	time.Sleep(300 * time.Millisecond) // room for a wrong third enqueue
+	s.withheld("a", 2, 3)
 	assert.False(t, s.hasTask("a", "j2"), "max-running 2: the third job waits in the stream")
 	assert.EqualValues(t, 2, s.held())
 	s.finish("a", "j0")
@@ -98,15 +128,16 @@ func TestSlotsAreSharedInTurn(t *testing.T) {
 	s := newSetup(t)
 	cfg := tenantsConfig(scheduler.Quota{Tenant: "a"}, scheduler.Quota{Tenant: "b"})
 	cfg.Slots = 2
-	s.scheduler(s.enq, cfg)
+	sch := s.scheduler(s.enq, cfg)
 	for i := range 20 {
 		id := fmt.Sprint("a", i)
 		s.publishAs("a", fmt.Appendf(nil, `{"id":%q,"command":"echo"}`, id), id)
 	}
 	s.taskOf("a", "a0")
 	s.taskOf("a", "a1")
+	waitingForSlot(t, sch, 1) // a's reader, with a2
 	s.publishAs("b", []byte(`{"id":"b0","command":"echo"}`), "b0")
-	time.Sleep(300 * time.Millisecond)
+	waitingForSlot(t, sch, 2) // then b's, with b0 in hand
 	assert.False(t, s.hasTask("b", "b0"), "every slot is taken")
 	s.finish("a", "a0")
 	s.taskOf("a", "a2") // a was waiting first
@@ -183,15 +214,20 @@ func TestQuotaChangeApplies(t *testing.T) {
 		s.publishAs("a", fmt.Appendf(nil, `{"id":%q,"command":"echo"}`, id), id)
 	}
 	s.taskOf("a", "q0")
-	time.Sleep(300 * time.Millisecond)
+	s.withheld("a", 1, 2)
 	assert.False(t, s.hasTask("a", "q1"), "max-running 1")
 	src.updates <- scheduler.Quota{Tenant: "a", MaxRunning: 3}
 	s.taskOf("a", "q1")
 	s.taskOf("a", "q2")
 
 	src.updates <- scheduler.Quota{Tenant: "a", MaxRunning: -1} // deleted
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, func() bool { return s.consumer("a").NumWaiting == 0 }, wait, 10*time.Millisecond,
+		"the removed tenant's reader stopped pulling")
 	s.publishAs("a", []byte(`{"id":"after-rm","command":"echo"}`), "after-rm")
-	time.Sleep(500 * time.Millisecond)
+	s.finish("a", "q0") // room under max-running 3: only a pull is missing
+	require.Eventually(t, func() bool { return s.consumer("a").NumAckPending == 2 }, wait, 10*time.Millisecond, "q0 acked")
+	c := s.consumer("a")
+	assert.Zero(t, c.NumWaiting, "no reader pulls a removed tenant's stream")
+	assert.EqualValues(t, 1, c.NumPending, "after-rm is still in the stream")
 	assert.False(t, s.hasTask("a", "after-rm"), "a removed tenant's stream is not consumed")
 }

@@ -174,7 +174,10 @@ func TestQueueGauges(t *testing.T) {
 	require.NoError(t, err)
 	_, err = client.Enqueue(asynq.NewTask("t", nil), asynq.Queue("broken"))
 	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond) // the oldest pending task ages
+	require.Eventually(t, func() bool { // the oldest pending task ages
+		info, err := inspector.GetQueueInfo("busy")
+		return err == nil && info.Latency > 0
+	}, 30*time.Second, 5*time.Millisecond)
 
 	handled := make(chan error, 10)
 	prev := otel.GetErrorHandler()

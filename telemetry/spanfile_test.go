@@ -105,7 +105,8 @@ func TestSpanFileRecord(t *testing.T) {
 	tracer := p.TracerProvider().Tracer("test")
 
 	ctx, parent := tracer.Start(ctx, "parent", trace.WithAttributes(AttrJobID.String("j-1")))
-	_, child := tracer.Start(ctx, "child", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	start := time.Now()
+	_, child := tracer.Start(ctx, "child", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		AttrExitCode.Int(127),
 		attribute.Float64("nan", math.NaN()),
 		attribute.StringSlice("argv", []string{"sh", "-c"}),
@@ -113,8 +114,7 @@ func TestSpanFileRecord(t *testing.T) {
 	))
 	child.RecordError(fmt.Errorf("boom"))
 	child.SetStatus(codes.Error, "command not found")
-	time.Sleep(2 * time.Millisecond)
-	child.End()
+	child.End(trace.WithTimestamp(start.Add(2500 * time.Microsecond)))
 	parent.End()
 	require.NoError(t, p.Shutdown(ctx))
 
@@ -139,7 +139,7 @@ func TestSpanFileRecord(t *testing.T) {
 	assert.Equal(t, "NaN", ch.Attributes["nan"])
 	assert.Equal(t, []any{"sh", "-c"}, ch.Attributes["argv"])
 	assert.Equal(t, false, ch.Attributes["ok"])
-	assert.GreaterOrEqual(t, ch.DurationMS, 2.0)
+	assert.Equal(t, 2.5, ch.DurationMS)
 	assert.InDelta(t, float64(ch.Duration().Microseconds())/1000, ch.DurationMS, 0.001)
 	require.Len(t, ch.Events, 1)
 	assert.Equal(t, "exception", ch.Events[0].Name)

@@ -40,10 +40,11 @@ func writeJobTraces(t *testing.T) (path, traceID string) {
 		InjectMap(sctx, h)
 		pctx, process := worker.Start(ExtractMap(ctx, h), "process default",
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(AttrJobID.String(job)))
-		_, a1 := worker.Start(pctx, "attempt", trace.WithAttributes(AttrAttempt.Int(1), AttrExitCode.Int(127), AttrReason.String("exit_nonzero")))
-		time.Sleep(time.Millisecond)
+		a1Start := time.Now()
+		_, a1 := worker.Start(pctx, "attempt", trace.WithTimestamp(a1Start),
+			trace.WithAttributes(AttrAttempt.Int(1), AttrExitCode.Int(127), AttrReason.String("exit_nonzero")))
 		a1.SetStatus(codes.Error, "command not found")
-		a1.End()
+		a1.End(trace.WithTimestamp(a1Start.Add(time.Millisecond)))
 		_, heal := worker.Start(pctx, "heal", trace.WithAttributes(AttrHealAction.String("install"), AttrHealOutcome.String("fixed")))
 		heal.End()
 		_, a2 := worker.Start(pctx, "attempt", trace.WithAttributes(AttrAttempt.Int(2), AttrExitCode.Int(0), AttrReason.String("ok")))

@@ -413,19 +413,16 @@ func TestServiceVersionAndJSONLogs(t *testing.T) {
 	})
 
 	var metrics string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if metrics = string(b); strings.Contains(metrics, "target_info") {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		require.True(t, time.Now().Before(deadline), "no /metrics: %v", err)
-		time.Sleep(50 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		return strings.Contains(metrics, "target_info")
+	}, 30*time.Second, 50*time.Millisecond, "no /metrics with target_info")
 	assert.Contains(t, metrics, fmt.Sprintf(`service_version=%q`, readVersion().String()))
 
 	// A job's log lines carry its trace: a rejected submission, sent with

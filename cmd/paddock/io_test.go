@@ -28,6 +28,7 @@ import (
 // and stores, no fleet: the test plays the worker.
 type ioStack struct {
 	t     *testing.T
+	ns    *testsvc.NATS
 	js    jetstream.JetStream
 	flags []string // the global flags that point at it
 }
@@ -41,7 +42,7 @@ func startIOStack(t *testing.T) *ioStack {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	require.NoError(t, results.EnsureStreams(context.Background(), js, results.StreamConfig{}))
-	return &ioStack{t: t, js: js, flags: []string{"--nats-url", ns.URL, "--data-dir", t.TempDir()}}
+	return &ioStack{t: t, ns: ns, js: js, flags: []string{"--nats-url", ns.URL, "--data-dir", t.TempDir()}}
 }
 
 // cli runs paddock args… against the stack (the global flags first: args
@@ -216,14 +217,30 @@ func TestLogs(t *testing.T) {
 	assert.Contains(t, errOut, "two\n")
 	assert.Contains(t, errOut, "has not ended; `paddock logs -f lg-1`")
 
+	// The rest is published once the CLI follows: it has subscribed to
+	// the job's live subject (one more interest on the server than the
+	// output stream's own).
+	acc := s.ns.Server.GlobalAccount()
+	live := job.OutputSubject(job.DefaultTenant, "lg-1")
+	before := acc.Interest(live)
+	type ran struct {
+		code int
+		out  string
+	}
+	followed, exited := make(chan ran, 1), make(chan struct{})
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		s.chunk("lg-1", "stdout", 3, "three\n", 0)
-		s.chunk("lg-1", "", 0, "ok", 0)
+		defer close(exited)
+		code, out, _ := s.cli("logs", "-f", "lg-1")
+		followed <- ran{code, out}
 	}()
-	code, out, _ = s.cli("logs", "-f", "lg-1")
-	require.Equal(t, exitOK, code)
-	assert.Equal(t, "one\nthree\n", out)
+	t.Cleanup(func() { <-exited }) // it logs through t: never after the test
+	require.Eventually(t, func() bool { return acc.Interest(live) > before },
+		30*time.Second, 5*time.Millisecond, "logs -f subscribes to %s", live)
+	s.chunk("lg-1", "stdout", 3, "three\n", 0)
+	s.chunk("lg-1", "", 0, "ok", 0)
+	r := <-followed
+	require.Equal(t, exitOK, r.code)
+	assert.Equal(t, "one\nthree\n", r.out)
 
 	kept := s.put(job.OutBucket(job.DefaultTenant), job.StdoutObject("lg-kept"), []byte("all of it\n"))
 	s.finish(job.Result{ID: "lg-kept", Kept: &job.Kept{Stdout: kept}})

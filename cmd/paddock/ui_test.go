@@ -319,6 +319,7 @@ func (b *browser) poll(within time.Duration, f func() bool, what func() string) 
 			}
 			b.t.Fatalf("%s: not within %s\nbrowser errors: %v\npage text:\n%s\n%s", what(), within, b.errors(), b.pageText(), extra)
 		}
+		// sleep: the poll interval of this deadline-bounded poll helper.
 		time.Sleep(100 * time.Millisecond)
 	}
 }

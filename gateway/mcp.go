@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -122,14 +125,15 @@ func (s *mcpSlots) release(key string) {
 }
 
 // mcpSessionCap bounds the MCP sessions of a token: a request that may
-// open one (a POST without Mcp-Session-Id) first takes a slot of its token
+// open one (a POST without Mcp-Session-Id asking to "initialize") first
+// takes a slot of its token
 // (429 too_many_sessions when they are all taken); the slot is kept when
 // the SDK answered with a new session, and freed when that session closes
 // (the client's DELETE, SessionIdleTTL without a request, the gateway's
 // shutdown); else at once.
 func (g *Gateway) mcpSessionCap(srv *mcp.Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || !opensSession(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -157,6 +161,44 @@ func (g *Gateway) mcpSessionCap(srv *mcp.Server, next http.Handler) http.Handler
 		}
 		g.watch(ss, SessionRef{Tenant: id.Tenant, Kind: SessionMCP, Name: ss.ID()}, func() { g.mcps.release(key) })
 	})
+}
+
+// peekBytes bounds what opensSession reads of a body before the SDK does.
+const peekBytes = 64 << 10
+
+// opensSession reports whether an MCP POST asks to open a session: a
+// JSON-RPC "initialize", alone or in a batch. Other sessionless requests
+// (the SDK's "server/discover" comes first) take no slot: one that held a
+// slot until its handler returned made the client's initialize, sent as
+// soon as the answer arrived, find a slot still taken. It reads at most
+// peekBytes and puts them back; a body it cannot read whole counts as
+// opening one (the cap then errs on the safe side).
+func opensSession(r *http.Request) bool {
+	head, err := io.ReadAll(io.LimitReader(r.Body, peekBytes))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil {
+		return true
+	}
+	type msg struct {
+		Method string `json:"method"`
+	}
+	var one msg
+	if json.Unmarshal(head, &one) == nil {
+		return one.Method == "initialize"
+	}
+	var batch []msg
+	if json.Unmarshal(head, &batch) != nil {
+		return true
+	}
+	for _, m := range batch {
+		if m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
 }
 
 // writeDeadlines sets a write deadline of writeStall before every write

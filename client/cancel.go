@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -34,31 +31,17 @@ func (c *Client) Cancel(ctx context.Context, id string) (job.CancelReply, error)
 	if err != nil {
 		return job.CancelReply{}, err
 	}
-	subject := job.CancelRequestSubject(c.tenant)
-	// A scheduler restarting, or NATS reconnecting, answers "no
-	// responders" for a moment: retry that until the deadline.
-	for {
-		msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: data}, subject)
-		switch {
-		case err == nil:
-			var reply job.CancelReply
-			if err := json.Unmarshal(msg.Data, &reply); err != nil {
-				return job.CancelReply{}, fmt.Errorf("client: cancel %s: malformed reply: %w", id, err)
-			}
-			if reply.Error != "" {
-				return reply, fmt.Errorf("client: cancel %s: %s", id, reply.Error)
-			}
-			return reply, nil
-		case errors.Is(err, nats.ErrNoResponders):
-			select {
-			case <-ctx.Done():
-				return job.CancelReply{}, fmt.Errorf("%w (%s)", ErrNoCanceler, id)
-			case <-time.After(200 * time.Millisecond):
-			}
-		case errors.Is(err, ErrPermission):
-			return job.CancelReply{}, err
-		default:
-			return job.CancelReply{}, fmt.Errorf("client: cancel %s: %w", id, err)
-		}
+	body, err := c.askService(ctx, job.CancelRequestSubject(c.tenant), data, "cancel "+id,
+		fmt.Errorf("%w (%s)", ErrNoCanceler, id))
+	if err != nil {
+		return job.CancelReply{}, err
 	}
+	var reply job.CancelReply
+	if err := json.Unmarshal(body, &reply); err != nil {
+		return job.CancelReply{}, fmt.Errorf("client: cancel %s: malformed reply: %w", id, err)
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("client: cancel %s: %s", id, reply.Error)
+	}
+	return reply, nil
 }

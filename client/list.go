@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -50,37 +48,22 @@ func (c *Client) listRequest(ctx context.Context, req job.ListRequest) (job.List
 	if err != nil {
 		return job.ListPage{}, err
 	}
-	subject := job.JobsRequestSubject(c.tenant)
-	// A scheduler restarting answers "no responders" for a moment: retry
-	// that until the deadline.
-	for {
-		msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: data}, subject)
-		switch {
-		case err == nil:
-			var reply job.ListReply
-			if err := json.Unmarshal(msg.Data, &reply); err != nil {
-				return job.ListPage{}, fmt.Errorf("client: list jobs: malformed reply: %w", err)
-			}
-			if len(reply.Fields) > 0 {
-				return job.ListPage{}, &job.ValidationError{Fields: reply.Fields}
-			}
-			if reply.Error != "" {
-				return job.ListPage{}, fmt.Errorf("client: list jobs: %s", reply.Error)
-			}
-			if reply.Jobs == nil {
-				reply.Jobs = []job.Summary{}
-			}
-			return reply.ListPage, nil
-		case errors.Is(err, nats.ErrNoResponders):
-			select {
-			case <-ctx.Done():
-				return job.ListPage{}, ErrNoLister
-			case <-time.After(200 * time.Millisecond):
-			}
-		case errors.Is(err, ErrPermission):
-			return job.ListPage{}, err
-		default:
-			return job.ListPage{}, fmt.Errorf("client: list jobs: %w", err)
-		}
+	body, err := c.askService(ctx, job.JobsRequestSubject(c.tenant), data, "list jobs", ErrNoLister)
+	if err != nil {
+		return job.ListPage{}, err
 	}
+	var reply job.ListReply
+	if err := json.Unmarshal(body, &reply); err != nil {
+		return job.ListPage{}, fmt.Errorf("client: list jobs: malformed reply: %w", err)
+	}
+	if len(reply.Fields) > 0 {
+		return job.ListPage{}, &job.ValidationError{Fields: reply.Fields}
+	}
+	if reply.Error != "" {
+		return job.ListPage{}, fmt.Errorf("client: list jobs: %s", reply.Error)
+	}
+	if reply.Jobs == nil {
+		reply.Jobs = []job.Summary{}
+	}
+	return reply.ListPage, nil
 }

@@ -101,6 +101,19 @@ func TestListNoLister(t *testing.T) {
 	assert.ErrorIs(t, err, client.ErrNoLister)
 }
 
+// Cancel shares List's retry loop (askService): without a scheduler it
+// too ends at its deadline, with ErrNoCanceler naming the job.
+func TestCancelNoCanceler(t *testing.T) {
+	t.Parallel()
+	f := startIOFleet(t, results.StoreQuota{}, "ta")
+	ta, _ := f.client("ta", "ta")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := ta.Cancel(ctx, "j-none")
+	assert.ErrorIs(t, err, client.ErrNoCanceler)
+	assert.ErrorContains(t, err, "j-none")
+}
+
 // Page through the tenant's failed jobs, newest first, then follow changes.
 // (Compiled, not run: it needs a fleet; c is connected as in Example.)
 func ExampleClient_List() {

@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -182,4 +184,31 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, c.cfg.PublishTimeout)
+}
+
+// askService sends data as a request on subject to a service the
+// schedulers answer (cancel, the job list) and returns the reply's body. A
+// scheduler restarting, or NATS reconnecting, answers "no responders" for
+// a moment: askService retries that every 200 ms until ctx ends, then
+// returns noService. A permission refusal is returned as it is; any other
+// failure is wrapped with what, as "client: <what>: …". ctx must have a
+// deadline.
+func (c *Client) askService(ctx context.Context, subject string, data []byte, what string, noService error) ([]byte, error) {
+	for {
+		msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: data}, subject)
+		switch {
+		case err == nil:
+			return msg.Data, nil
+		case errors.Is(err, nats.ErrNoResponders):
+			select {
+			case <-ctx.Done():
+				return nil, noService
+			case <-time.After(200 * time.Millisecond):
+			}
+		case errors.Is(err, ErrPermission):
+			return nil, err
+		default:
+			return nil, fmt.Errorf("client: %s: %w", what, err)
+		}
+	}
 }

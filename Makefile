@@ -7,6 +7,8 @@ GO ?= go
 BIN := bin
 GOFLAGS_STATIC := CGO_ENABLED=0
 TEST_TIMEOUT ?= 20m
+# The owners of the Paddock containers on the engine before the suite (scripts/leftovers.sh).
+LEFTOVERS := $(BIN)/leftovers.before
 .DEFAULT_GOAL := help
 
 .PHONY: help setup build images images-all test test-short demo bench lint up down clean
@@ -28,8 +30,10 @@ images: setup ## Build the sandbox images that are absent (paddock/test, paddock
 images-all: setup build ## Also build the paddock binary's own image
 	@scripts/build-images.sh test sandbox paddock
 
-test: setup images lint inspector ## Lint, then run the whole suite on real Docker, Redis and NATS
+test: setup images lint inspector ## Lint, run the whole suite on real Docker, Redis and NATS, check it left no container
+	@scripts/leftovers.sh snapshot $(LEFTOVERS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@scripts/leftovers.sh check $(LEFTOVERS)
 
 test-short: setup images inspector ## The suite without the slowest chaos and fault tests
 	$(GO) test -race -count=1 -short -timeout $(TEST_TIMEOUT) ./...

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -49,14 +50,17 @@ type ListerConfig struct {
 }
 
 // Lister answers list requests (job.SubjectJobsRequests, queue group
-// job.QueueListers) from the job index: a page of the tenant's jobs
+// job.QueueListers) from the job index and the tenants' submissions
+// streams (the jobs waiting for a slot; waiting.go): a page of the tenant's jobs
 // (job.ListQuery), or the tenant's changes since a time
 // (job.ChangesQuery). The tenant is the subject's, which only that tenant
 // may publish to (tenant grants): a tenant lists only its own jobs,
 // whatever its request says. It is a restartable service.
 type Lister struct {
 	nc    *nats.Conn
+	js    jetstream.JetStream // the tenants' submissions: waiting.go
 	store ListStore
+	probe IndexProbe // nil: the index only
 	cfg   ListerConfig
 	log   *slog.Logger
 
@@ -84,7 +88,12 @@ func NewLister(nc *nats.Conn, store ListStore, cfg ListerConfig) (*Lister, error
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Lister{nc: nc, store: store, cfg: cfg, log: cfg.Logger.With("component", "lister"),
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: lister: %w", err)
+	}
+	probe, _ := store.(IndexProbe)
+	return &Lister{nc: nc, js: js, store: store, probe: probe, cfg: cfg, log: cfg.Logger.With("component", "lister"),
 		sem: make(chan struct{}, cfg.Concurrency)}, nil
 }
 
@@ -178,9 +187,10 @@ func (l *Lister) answer(ctx context.Context, tenant string, req job.ListRequest)
 		if err != nil {
 			return job.ListPage{}, err
 		}
-		return job.ListPage{Jobs: jobs}, nil
+		jobs, err = l.changedWaiting(ctx, tenant, c.Since, c.Limit, jobs)
+		return job.ListPage{Jobs: jobs}, err
 	}
 	q := req.ListQuery
 	q.Tenant = tenant
-	return l.store.List(ctx, q)
+	return l.listPage(ctx, q) // waiting.go: the waiting jobs, then the index
 }

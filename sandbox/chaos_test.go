@@ -59,11 +59,7 @@ var chaosCanary = func() string {
 // deflt is the operator's default profile (README, Sandbox defaults) on the test image.
 var deflt = Profile{Image: testsvc.TestImage}
 
-const (
-	controlEvery = 20 * time.Millisecond
-	controlRatio = 20
-	controlSlack = 2 * time.Second
-)
+const controlEvery = 20 * time.Millisecond
 
 type chaos struct {
 	*setup
@@ -160,12 +156,16 @@ func (c *chaos) run(sess *Session, cmd Command) Outcome {
 	}()
 	require.NoError(c.t, err)
 	require.NoError(c.t, ctlErr, "the control job failed while the chaos job ran")
+	// The control session kept answering while the chaos job ran (its
+	// first command runs whatever the chaos job's length). How fast it
+	// answered is a measurement, not a test on a shared, noisy machine:
+	// the latencies are logged here, and `make bench`'s neighbours
+	// scenario reports them as ratios side by side.
+	require.NotEmpty(c.t, lat, "the control session answered no command while the chaos job ran")
 	p50, worst := median(lat), slices.Max(lat)
-	bound := max(controlRatio*c.quiet, c.quiet+controlSlack)
-	c.t.Logf("reason %s exit %d in %v; control quiet p50 %v, under chaos p50 %v max %v (%d runs), bound %v",
+	c.t.Logf("reason %s exit %d in %v; control quiet p50 %v, under chaos p50 %v max %v (%d runs)",
 		out.Reason, out.ExitCode, out.Duration.Round(time.Millisecond), c.quiet.Round(10*time.Microsecond),
-		p50.Round(10*time.Microsecond), worst.Round(10*time.Microsecond), len(lat), bound)
-	assert.LessOrEqual(c.t, p50, bound, "control job latency under chaos")
+		p50.Round(10*time.Microsecond), worst.Round(10*time.Microsecond), len(lat))
 	return out
 }
 
@@ -310,7 +310,6 @@ func TestChaosStdoutFloodKilled(t *testing.T) {
 	assert.True(t, out.Stdout.Truncated)
 	assert.Len(t, out.Stdout.Head, 512<<10)
 	assert.LessOrEqual(t, len(out.Stdout.Tail), 512<<10)
-	assert.Less(t, heap, uint64(64<<20), "worker heap growth during the flood")
 	c.clean(sess)
 	c.end(sess)
 }
@@ -335,7 +334,6 @@ func TestChaosStdoutFloodFull(t *testing.T) {
 	assert.Len(t, out.Stdout.Tail, 512<<10)
 	assert.True(t, bytes.HasSuffix(out.Stdout.Tail, []byte("\x00\x00end\n")))
 	assert.EqualValues(t, 512<<10, streamed.Load(), "only the head is streamed to the worker")
-	assert.Less(t, heap, uint64(64<<20), "worker heap growth during the flood")
 	c.clean(sess)
 	c.end(sess)
 }
@@ -484,7 +482,11 @@ func TestChaosProcStatus(t *testing.T) {
 	c.end(sess)
 }
 
-// memWatch samples the test process's heap and RSS while a flood runs.
+// memWatch samples the test process's heap and RSS while a flood runs. They
+// are logged, not asserted: the process's heap holds every parallel test's
+// memory. What bounds the worker's memory is asserted instead (head and
+// tail of at most 512 KiB, only the head streamed); `make bench`'s
+// worker_rss scenario measures the worker's memory alone.
 type memWatch struct {
 	base, peak   uint64
 	rss0, rssMax int64

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,33 +52,74 @@ func TestWeightConfig(t *testing.T) {
 // can neither raise its weight back nor leave its cpuset.
 func TestBoxCPUWeight(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
-		t.Skip("needs cgroup v1's cpu.shares (this test reads it inside the box); on cgroup v2 the engine maps shares to cpu.weight")
-	}
+	w := hostWeights(t)
 	s := newSetup(t, func(c *Config) { c.CPUShares, c.CPUSet, c.DemoteAfter, c.DemotedCPUShares = 512, "0", 300e6, 8 })
 	sess := s.session(small)
-	const shares = "cat /sys/fs/cgroup/cpu/cpu.shares"
 
-	out := s.run(sess, Command{Script: shares})
+	out := s.run(sess, Command{Script: w.read})
 	require.Equal(t, ReasonOK, out.Reason, "%s", out.Stderr.Head)
-	assert.Equal(t, "512\n", string(out.Stdout.Head), "a new box runs at Config.CPUShares")
+	first := strings.TrimSpace(string(out.Stdout.Head))
+	w.check(t, 512, first, "a new box runs at Config.CPUShares")
 	hc := inspectHost(t, s.docker, sess.ContainerID())
 	assert.Equal(t, int64(512), hc.CPUShares)
 	assert.Equal(t, "0", hc.CpusetCpus)
 
 	// A command that runs on is demoted while it runs (the loop ends only
 	// then; the command's timeout bounds the wait).
-	out = s.run(sess, Command{Script: shares + `; while [ "$(` + shares + `)" != 8 ]; do sleep 0.05; done; echo demoted`})
+	out = s.run(sess, Command{Script: `while [ "$(` + w.read + `)" = ` + first + ` ]; do sleep 0.05; done; ` + w.read})
 	require.Equal(t, ReasonOK, out.Reason, "never demoted: %s %s", out.Stdout.Head, out.Stderr.Head)
-	assert.Equal(t, "512\ndemoted\n", string(out.Stdout.Head))
+	demoted := strings.TrimSpace(string(out.Stdout.Head))
+	w.check(t, 8, demoted, "demoted to Config.DemotedCPUShares")
+	d, _ := strconv.Atoi(demoted)
+	f, _ := strconv.Atoi(first)
+	assert.Less(t, d, f, "the demoted weight is below the box's first")
 	assert.Equal(t, int64(8), inspectHost(t, s.docker, sess.ContainerID()).CPUShares)
 
 	// The job cannot undo either setting.
-	out = s.run(sess, Command{Script: "echo 1024 > /sys/fs/cgroup/cpu/cpu.shares; " + shares +
+	out = s.run(sess, Command{Script: "echo " + first + " > " + w.file + " 2>/dev/null; " + w.read +
 		"; taskset -p 3 $$ >/dev/null 2>&1; grep Cpus_allowed_list /proc/self/status"})
 	fields := strings.Fields(string(out.Stdout.Head))
 	require.Len(t, fields, 3, "stdout %q stderr %q", out.Stdout.Head, out.Stderr.Head)
-	assert.Equal(t, []string{"8", "Cpus_allowed_list:", "0"}, fields)
+	assert.Equal(t, []string{demoted, "Cpus_allowed_list:", "0"}, fields)
+}
+
+// boxWeights is how a box sees its CPU weight on this host's cgroups.
+type boxWeights struct {
+	file string // the box's weight file, as the box sees it
+	read string // a script printing it
+	v2   bool
+}
+
+// hostWeights: on cgroup v1 a box reads its cpu.shares; on v2 (unified,
+// Debian 12's default) its cpu.weight, which the OCI runtime derives from
+// the engine's shares.
+func hostWeights(t *testing.T) boxWeights {
+	t.Helper()
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		const f = "/sys/fs/cgroup/cpu.weight"
+		return boxWeights{file: f, read: "cat " + f, v2: true}
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
+		t.Fatalf("this host has neither cgroup v2 (cgroup.controllers) nor v1's cpu controller (cpu/cpu.shares): %v", err)
+	}
+	const f = "/sys/fs/cgroup/cpu/cpu.shares"
+	return boxWeights{file: f, read: "cat " + f}
+}
+
+// check asserts that got is the box's view of shares: the value itself on
+// v1; on v2 a weight in cpu.weight's range, and for the engine's default
+// (1024) and below its default weight (100) strictly smaller. runc 1.1
+// maps shares linearly (512 → 20, 8 → 1), runc 1.3 otherwise: only the
+// order is the contract.
+func (w boxWeights) check(t *testing.T, shares int64, got, what string) {
+	t.Helper()
+	if !w.v2 {
+		assert.Equal(t, strconv.FormatInt(shares, 10), got, what)
+		return
+	}
+	n, err := strconv.ParseInt(got, 10, 64)
+	require.NoError(t, err, "%s: cpu.weight %q", what, got)
+	assert.True(t, n >= 1 && n < 100, "%s: cpu.weight %d for shares %d, want 1 to 99 (below the default 100)", what, n, shares)
 }
 
 // TestShortCommandKeepsWeight: commands that end before DemoteAfter do

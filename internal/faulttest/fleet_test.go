@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/hibiken/asynq"
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats.go"
@@ -256,13 +257,44 @@ func (f *fleet) teardown() {
 			f.t.Logf("---- %s (%v) last lines:\n%s", p.name, p.err, p.tail(25))
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	f.removeOwned(owners)
+}
+
+// removeOwned removes the containers of owners, and looks again a second
+// later until a look finds none (at most 20 s). A worker killed with
+// SIGKILL may have sent a create that the engine completes after the
+// first look; that box would stay in state Created with no worker left to
+// reap it (make test's leftovers check fails on it).
+func (f *fleet) removeOwned(owners []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, o := range owners {
-		for _, c := range f.containers(o) {
-			_, _ = f.docker.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true})
+	f.removeAll(ctx, owners)
+	for {
+		select {
+		case <-ctx.Done():
+			f.t.Errorf("containers of %v still appear after 20 s of removing them", owners)
+			return
+		case <-time.After(time.Second): // the settle window: an engine's in-flight create has no event to wait on
+		}
+		if f.removeAll(ctx, owners) == 0 {
+			return
 		}
 	}
+}
+
+// removeAll force-removes the containers of owners and returns how many it
+// found.
+func (f *fleet) removeAll(ctx context.Context, owners []string) int {
+	found := 0
+	for _, o := range owners {
+		for _, c := range f.containers(o) {
+			found++
+			if _, err := f.docker.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) { // gone, or the engine (AutoRemove) is removing it
+				f.t.Errorf("remove container %s of %s: %v", c, o, err)
+			}
+		}
+	}
+	return found
 }
 
 // containers lists the ids of the containers of owner, running or not. An

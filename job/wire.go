@@ -73,7 +73,7 @@ func CancelSubject(key string) string { return SubjectCancelPrefix + subjectSuff
 
 // TaskKey is the job key of an asynq task id: the key itself, or the key
 // and a "#" suffix (a worker's rescue of a dead worker's run re-enqueues it
-// as <key>#rescue-<run>; worker/rescue.go).
+// as <key>#rescue-<run>; internal/asynqx/rescue.go).
 func TaskKey(taskID string) string {
 	k, _, _ := strings.Cut(taskID, "#")
 	return k

@@ -20,16 +20,37 @@
 // each with a size limit (StreamConfig.JobsMaxBytes, ResultsMaxBytes): a full
 // PADDOCK_JOBS refuses new submissions, a full PADDOCK_RESULTS drops its
 // oldest results. IsStreamFull recognizes a publish refused for lack of room.
-// The Store also keeps the small per-job counters and flags the scheduler
-// and worker share: run counts (BeginRun), the cancel flag (Cancel,
-// Canceled) and the id claim that stops two different submissions with the
-// same id from both being scheduled (Claim).
+// The Store is Paddock's one home in Redis, as asynq's internal/rdb is
+// asynq's: every Paddock key is read and written by its methods, one file
+// per concern, and the scheduler and the worker reach each concern through
+// a small interface they declare, listing only the methods they call:
+//
+//   - record.go: the terminal result (Record, Get, Finished);
+//   - claims.go: the id claim that stops two different submissions with
+//     the same id from both being scheduled (Claim);
+//   - cancel.go: the cancel flag (Cancel, Canceled);
+//   - runs.go: run counts and ownership, which the rescuer
+//     (internal/asynqx) reads (BeginRun, BeginRunAs, EndRun);
+//   - admission.go: the tenants' fleet-wide rate window (Admit);
+//   - index.go: the job index behind the job list (Queued, List, Changes,
+//     Reasons);
+//   - republish.go: results whose publish failed (RepublishPending, the
+//     Republisher).
 //
 // Redis keys, all prefixed with StoreConfig.KeyPrefix and expiring after
-// StoreConfig.Retention:
+// StoreConfig.Retention unless said otherwise:
 //
-//	<prefix>result:<id>  the authoritative Result JSON
-//	<prefix>claim:<id>   which submission owns the id
-//	<prefix>runs:<id>    how many times a worker started the job
-//	<prefix>cancel:<id>  present when the job was canceled
+//	<prefix>result:<key>         the authoritative Result JSON
+//	<prefix>claim:<key>          which submission owns the id
+//	<prefix>cancel:<key>         present when the job was canceled
+//	<prefix>runs:<key>           how many times a worker started the job
+//	<prefix>task:<key>           the asynq task id carrying the job, once a rescue moved it
+//	<prefix>active:<worker>      hash: the worker's runs, key → "run|task id|queue"
+//	<prefix>active               set: the workers with an active hash
+//	<prefix>rate:<tenant>:<sec>  jobs of the tenant admitted in that second (2 s)
+//	<prefix>unpublished          zset: keys of results whose publish failed
+//	<prefix>idx{idx}:...         the job index (index.go)
+//
+// <key> is a job key, job.Key(tenant, id). The worker's heartbeat
+// (<prefix>worker:<id>) is the worker's own key.
 package results

@@ -24,11 +24,11 @@ type TaskInspector interface {
 	CancelProcessing(id string) error
 }
 
-// CancelStore is the part of *results.Store the Canceler uses.
+// CancelStore is the part of *results.Store the Canceler uses: the
+// terminal result, and the cancel flag it sets.
 type CancelStore interface {
-	Get(ctx context.Context, id string) (job.Result, error)
-	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
-	Cancel(ctx context.Context, id string) error
+	ResultStore
+	Cancel(ctx context.Context, key string) error
 }
 
 // CancelerConfig configures a Canceler. A zero field takes its default.

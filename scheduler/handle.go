@@ -24,6 +24,19 @@ import (
 	"github.com/paddockhq/paddock/telemetry"
 )
 
+// Claimer is the part of *results.Store that keeps the id claim: the first
+// submission of a job key holds it, a redelivery of the same message (the
+// same owner) keeps it, any other submission of the key is a duplicate.
+type Claimer interface {
+	Claim(ctx context.Context, key, owner string) (holder string, ok bool, err error)
+}
+
+// CancelFlags is the part of *results.Store that reads the cancel flag: a
+// job canceled before it was scheduled is recorded canceled, never queued.
+type CancelFlags interface {
+	Canceled(ctx context.Context, key string) (bool, error)
+}
+
 // Outcome is what the scheduler did with one message; it is the
 // "paddock.outcome" span attribute.
 type Outcome string
@@ -159,12 +172,12 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	d := decision{id: spec.ID, tenant: tenant, queue: spec.Queue, delayed: after.After(s.cfg.Now())}
 
 	key := spec.Key()
-	if _, err := s.store.Get(ctx, key); err == nil {
+	if _, err := s.results.Get(ctx, key); err == nil {
 		return d.with(OutcomeDuplicate)
 	} else if !errors.Is(err, results.ErrNotFound) {
 		return d.retry(err)
 	}
-	holder, ok, err := s.store.Claim(ctx, key, owner)
+	holder, ok, err := s.claims.Claim(ctx, key, owner)
 	if err != nil {
 		return d.retry(err)
 	}
@@ -183,7 +196,7 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 	} else if bad != nil {
 		return s.reject(ctx, msg, meta, owner, spec, bad)
 	}
-	canceled, err := s.store.Canceled(ctx, key)
+	canceled, err := s.flags.Canceled(ctx, key)
 	if err != nil {
 		return d.retry(err)
 	}
@@ -191,7 +204,7 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 		r := s.result(spec)
 		r.Error = "canceled before it was scheduled"
 		r.Finish(job.ReasonCanceled)
-		if _, _, err := s.store.Record(ctx, r); err != nil {
+		if _, _, err := s.results.Record(ctx, r); err != nil {
 			return d.retry(err)
 		}
 		return d.with(OutcomeCanceled)
@@ -210,7 +223,7 @@ func (s *Scheduler) process(ctx context.Context, msg jetstream.Msg, meta *jetstr
 		r.Error = fmt.Sprintf("the scheduler could not enqueue the job after %d deliveries (last error: %v); check Redis and the scheduler logs, then submit the job again with a new id",
 			meta.NumDelivered, err)
 		r.Finish(job.ReasonInfra)
-		if _, _, rerr := s.store.Record(ctx, r); rerr != nil {
+		if _, _, rerr := s.results.Record(ctx, r); rerr != nil {
 			// Recording needs Redis too: keep the message until it answers.
 			return d.retry(errors.Join(err, rerr))
 		}
@@ -301,7 +314,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 	d := decision{id: id, tenant: spec.Tenant}
 	// The claim keeps an invalid resubmission of a live job's id from
 	// recording `rejected` as that job's result.
-	holder, ok, err := s.store.Claim(ctx, job.Key(spec.Tenant, id), owner)
+	holder, ok, err := s.claims.Claim(ctx, job.Key(spec.Tenant, id), owner)
 	if err != nil {
 		return d.retry(err)
 	}
@@ -324,7 +337,7 @@ func (s *Scheduler) reject(ctx context.Context, msg jetstream.Msg, meta *jetstre
 	}
 	r.Finish(job.ReasonRejected)
 	// Record also when only the publish failed: the retry republishes.
-	if _, _, err := s.store.Record(ctx, r); err != nil {
+	if _, _, err := s.results.Record(ctx, r); err != nil {
 		return d.retry(err)
 	}
 	s.log.InfoContext(ctx, "job rejected", "job", id, "err", r.Error)

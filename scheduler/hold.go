@@ -14,6 +14,12 @@ import (
 	"github.com/paddockhq/paddock/job"
 )
 
+// Settled is the part of *results.Store the holds poll: which of the held
+// jobs' keys have a stored result, in one round trip.
+type Settled interface {
+	Finished(ctx context.Context, keys []string) (map[string]bool, error)
+}
+
 // holds keeps the messages of enqueued jobs unacknowledged until the job
 // has a result. That is the admission in front of asynq, which cannot add
 // a queue per tenant at run time:
@@ -158,7 +164,7 @@ func (h *holds) check(ctx context.Context) {
 	if len(keys) == 0 {
 		return
 	}
-	done, err := h.s.store.Finished(ctx, keys)
+	done, err := h.s.settled.Finished(ctx, keys)
 	if err != nil && ctx.Err() == nil {
 		h.s.warnf("scheduler: checking the held jobs failed; retrying", "held", len(keys), "err", err)
 	}

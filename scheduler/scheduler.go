@@ -21,14 +21,24 @@ type Enqueuer interface {
 	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }
 
-// Recorder is the part of *results.Store the scheduler uses.
+// Recorder is what New takes: *results.Store, or any value with the
+// narrow interfaces each part of the scheduler declares beside its use.
+// The scheduler keeps one field per interface, so each part reaches only
+// its own concern.
 type Recorder interface {
+	ResultStore // the terminal result (here; handle.go, sweeper.go, cancel.go)
+	Claimer     // the id claim (handle.go)
+	CancelFlags // the cancel flag (handle.go)
+	Admitter    // the tenants' rate window (tenants.go)
+	Settled     // which held jobs have a result (hold.go)
+}
+
+// ResultStore is the part of *results.Store that keeps a job's terminal
+// result: Record (first writer wins) and Get (results.ErrNotFound when
+// there is none).
+type ResultStore interface {
 	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
-	Get(ctx context.Context, id string) (job.Result, error)
-	Claim(ctx context.Context, id, owner string) (holder string, ok bool, err error)
-	Canceled(ctx context.Context, id string) (bool, error)
-	Admit(ctx context.Context, tenant string, perSecond int) (bool, error)
-	Finished(ctx context.Context, keys []string) (map[string]bool, error)
+	Get(ctx context.Context, key string) (job.Result, error)
 }
 
 // Scheduler consumes submissions from JetStream and enqueues them in asynq.
@@ -37,7 +47,12 @@ type Recorder interface {
 type Scheduler struct {
 	js         jetstream.JetStream
 	enq        Enqueuer
-	store      Recorder
+	store      Recorder    // as given to New (list.go looks for an Indexer on it)
+	results    ResultStore // the fields below are store, each by its concern
+	claims     Claimer
+	flags      CancelFlags
+	admit      Admitter
+	settled    Settled
 	cfg        Config
 	log        *slog.Logger
 	warn       *rate.Limiter // rate-limits the per-message failure logs
@@ -65,6 +80,7 @@ func New(js jetstream.JetStream, enq Enqueuer, store Recorder, cfg Config) (*Sch
 	}
 	return &Scheduler{
 		js: js, enq: enq, store: store, cfg: cfg,
+		results: store, claims: store, flags: store, admit: store, settled: store,
 		log:    cfg.Logger.With("component", "scheduler"),
 		warn:   rate.NewLimiter(rate.Every(5*time.Second), 1),
 		quotas: map[string]Quota{},

@@ -44,7 +44,7 @@ type SweeperConfig struct {
 // restartable service.
 type Sweeper struct {
 	insp  ArchiveInspector
-	store CancelStore
+	store ResultStore
 	cfg   SweeperConfig
 	log   *slog.Logger
 
@@ -52,7 +52,7 @@ type Sweeper struct {
 }
 
 // NewSweeper returns a stopped Sweeper.
-func NewSweeper(insp ArchiveInspector, store CancelStore, cfg SweeperConfig) (*Sweeper, error) {
+func NewSweeper(insp ArchiveInspector, store ResultStore, cfg SweeperConfig) (*Sweeper, error) {
 	if insp == nil || store == nil {
 		return nil, fmt.Errorf("%w: nil ArchiveInspector or store", ErrConfig)
 	}

@@ -62,6 +62,12 @@ func checkTenant(s *job.Spec, tenant string) error {
 	return nil
 }
 
+// Admitter is the part of *results.Store that keeps the tenants' rate
+// window, one counter the whole fleet of schedulers shares.
+type Admitter interface {
+	Admit(ctx context.Context, tenant string, perSecond int) (bool, error)
+}
+
 // overRate counts one job of tenant against its rate quota; it returns a
 // rejection when the tenant is over it.
 func (s *Scheduler) overRate(ctx context.Context, tenant string) (error, error) {
@@ -69,7 +75,7 @@ func (s *Scheduler) overRate(ctx context.Context, tenant string) (error, error) 
 	if !ok || q.Rate <= 0 {
 		return nil, nil
 	}
-	ok, err := s.store.Admit(ctx, tenant, q.Rate)
+	ok, err := s.admit.Admit(ctx, tenant, q.Rate)
 	if err != nil || ok {
 		return nil, err
 	}

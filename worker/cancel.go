@@ -17,13 +17,20 @@ const cancelPollInterval = 500 * time.Millisecond
 // errCanceled is the cancel cause of a job whose cancel flag was seen.
 var errCanceled = errors.New("worker: job canceled by request")
 
+// CancelFlags is the part of *results.Store that reads a job's cancel
+// flag, polled while the job runs and read once more when it is
+// interrupted.
+type CancelFlags interface {
+	Canceled(ctx context.Context, key string) (bool, error)
+}
+
 // watchCancel is the middleware that cancels a running job's context when
 // its cancel flag is set. ProcessTask then kills the container and records
 // the result `canceled`.
 func (w *Worker) watchCancel(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		id = jobKey(id) // a rescue task carries the job's key with a suffix (rescue.go)
+		id = jobKey(id) // a rescue task carries the job's key with a suffix (fence.go)
 		ctx, cancel := context.WithCancelCause(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -36,7 +43,7 @@ func (w *Worker) watchCancel(next asynq.Handler) asynq.Handler {
 					return
 				case <-tick.C:
 				}
-				if c, err := w.store.Canceled(ctx, id); err == nil && c {
+				if c, err := w.flags.Canceled(ctx, id); err == nil && c {
 					w.log.InfoContext(ctx, "cancel requested; killing the job", "job", id)
 					cancel(errCanceled)
 					return

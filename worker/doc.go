@@ -12,4 +12,15 @@
 // Failures of the machinery (Docker engine, image, init) are kept apart from
 // the job's own: they are retried by the queue and end as state "infra" only
 // when the retries are spent.
+//
+// The worker reaches Redis through results.Store, by concern, with the
+// narrow interfaces it declares beside their use: ResultStore (Record, Get;
+// handler.go), RunStore (BeginRunAs, EndRun: the run counter and this
+// worker's active set; handler.go) and CancelFlags (Canceled; cancel.go).
+// Store, what New takes, is their union. A live worker's rescuer
+// (internal/asynqx.Rescuer, started with the heartbeat) runs the jobs of
+// dead workers again under "<key>#rescue-<run>" task ids; a worker that
+// could not renew its heartbeat in time fences itself first (fence.go): it
+// kills its running jobs and records none of their results, so a rescue
+// never overlaps a run.
 package worker

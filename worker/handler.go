@@ -24,7 +24,7 @@ import (
 // jobRun is what the steps of one ProcessTask call share.
 type jobRun struct {
 	key     string // job.Key: the job's name in Redis
-	task    string // the asynq task id: key, or a rescue task's (rescue.go)
+	task    string // the asynq task id: key, or a rescue task's (internal/asynqx.RescueID)
 	log     *slog.Logger
 	spec    job.Spec
 	eff     job.Effective
@@ -39,6 +39,22 @@ type jobRun struct {
 // deadline is the end of the job's budget (limits.job_timeout_s).
 func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTimeout) }
 
+// ResultStore is the part of *results.Store that keeps a job's terminal
+// result: Record (first writer wins) and Get (results.ErrNotFound when
+// there is none).
+type ResultStore interface {
+	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
+	Get(ctx context.Context, key string) (job.Result, error)
+}
+
+// RunStore is the part of *results.Store that counts a job's runs and
+// notes them in this worker's active set, which a rescuer of a live
+// worker reads once this one's heartbeat is gone.
+type RunStore interface {
+	BeginRunAs(ctx context.Context, key string, o results.RunOwner) (int, error)
+	EndRun(ctx context.Context, worker, key string) error
+}
+
 // ProcessTask is the asynq handler of job.TaskType. It returns in one of
 // four ways: with the job's terminal result recorded (finish, result.go);
 // with a retryable infrastructure failure for the queue to retry
@@ -47,7 +63,7 @@ func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTime
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	started := w.cfg.Now()
 	taskID, _ := asynq.GetTaskID(ctx)
-	key := jobKey(taskID) // job.Key: tenant/id (a rescue task's id carries a suffix: rescue.go)
+	key := jobKey(taskID) // job.Key: tenant/id (a rescue task's id carries a suffix: fence.go)
 	tenant, id, _ := job.SplitKey(key)
 	r := &jobRun{key: key, task: taskID, log: w.log.With("job", id, "tenant", tenant)}
 	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrJobID.String(id), attribute.String(job.AttrTenant, tenant))
@@ -66,7 +82,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		ID: id, Tenant: spec.Tenant, Image: spec.Image, Queue: spec.Queue, Labels: spec.Labels, Limits: &r.eff,
 		SubmittedAt: spec.SubmittedAt, QueuedAt: queuedAt(t), StartedAt: started, Worker: w.cfg.ID,
 	}
-	if canceled, err := w.store.Canceled(ctx, key); err != nil {
+	if canceled, err := w.flags.Canceled(ctx, key); err != nil {
 		return fmt.Errorf("worker: read cancel flag of %s: %w", key, err)
 	} else if canceled {
 		return w.finish(ctx, r, job.ReasonCanceled, "canceled before it started")
@@ -119,10 +135,10 @@ func (w *Worker) republish(ctx context.Context, key string) (ended bool, err err
 }
 
 // beginRun counts this run of the job (in this worker's active set, for a
-// rescuer: rescue.go) and records its queue wait. It wraps
+// rescuer: internal/asynqx) and records its queue wait. It wraps
 // results.ErrStaleTask when the task no longer carries the job.
 func (w *Worker) beginRun(ctx context.Context, r *jobRun) error {
-	run, err := w.store.BeginRunAs(ctx, r.key, results.RunOwner{Worker: w.cfg.ID, TaskID: r.task, Queue: r.spec.Queue})
+	run, err := w.runs.BeginRunAs(ctx, r.key, results.RunOwner{Worker: w.cfg.ID, TaskID: r.task, Queue: r.spec.Queue})
 	if err != nil {
 		return fmt.Errorf("worker: begin run of %s: %w", r.key, err)
 	}
@@ -248,7 +264,7 @@ func (w *Worker) heal(ctx context.Context, r *jobRun, sess *sandbox.Session) (he
 func (w *Worker) conclude(ctx context.Context, r *jobRun, sess *sandbox.Session, hres healer.Result, err error) error {
 	if w.fenced(ctx) {
 		// The heartbeat may have expired meanwhile and the job been rescued
-		// elsewhere: this run records nothing (rescue.go).
+		// elsewhere: this run records nothing (fence.go).
 		return w.interrupted(ctx, r, sess)
 	}
 	out, _ := hres.Final.Detail.(sandbox.Outcome)
@@ -315,7 +331,7 @@ func (w *Worker) canceledAfter(ctx, dctx context.Context, r *jobRun) bool {
 	var err error
 	for range 3 {
 		var c bool
-		if c, err = w.store.Canceled(dctx, r.key); err == nil {
+		if c, err = w.flags.Canceled(dctx, r.key); err == nil {
 			return c
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -25,7 +25,7 @@ import (
 // Self-fencing: a worker whose beats failed for FenceAfter (TTL minus a
 // margin, on its own monotonic clock since the last renewal that
 // succeeded, counted from when it was sent) is about to be judged dead and
-// its jobs rescued (rescue.go). It then fences itself first: the epoch
+// its jobs rescued (internal/asynqx.Rescuer). It then fences itself first: the epoch
 // moves on, OnFence runs (the worker cancels every running job), and until
 // a beat succeeds again Fenced reports true. A job started in an earlier
 // epoch never records a result.

@@ -24,7 +24,6 @@ import (
 	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
-	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/telemetry"
 )
@@ -32,12 +31,13 @@ import (
 // ErrConfig is wrapped by every invalid Config.
 var ErrConfig = errors.New("worker: invalid config")
 
-// Store is what the worker needs of results.Store.
+// Store is what New takes: *results.Store, or any value with the narrow
+// interfaces the worker's parts declare beside their use. The worker keeps
+// one field per interface, so each part reaches only its own concern.
 type Store interface {
-	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
-	Get(ctx context.Context, id string) (job.Result, error)
-	BeginRunAs(ctx context.Context, key string, o results.RunOwner) (int, error)
-	Canceled(ctx context.Context, id string) (bool, error)
+	ResultStore // the terminal result (handler.go, result.go)
+	RunStore    // run counts and the active set (handler.go, fence.go)
+	CancelFlags // the cancel flag (cancel.go, handler.go)
 }
 
 // Config configures a Worker. Zero fields take defaults.
@@ -271,11 +271,13 @@ func (c Config) timingDefaults() Config {
 type Worker struct {
 	rdb     redis.UniversalClient
 	rt      *sandbox.Runtime
-	store   Store
+	store   ResultStore // the Store given to New, by concern: store, runs, flags
+	runs    RunStore
+	flags   CancelFlags
 	cfg     Config
 	hb      *Heartbeat
-	rescue  *Rescuer
-	fence   fence // running handlers, for the heartbeat's fence (rescue.go)
+	rescue  rescuer // internal/asynqx.Rescuer (fence.go)
+	fence   fence   // running handlers, for the heartbeat's fence (fence.go)
 	reap    *sandbox.Reaper
 	log     *slog.Logger
 	tr      trace.Tracer
@@ -309,7 +311,7 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	if rt != nil && rt.Owner() != cfg.ID {
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
 	}
-	w := &Worker{rdb: rdb, rt: rt, store: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
+	w := &Worker{rdb: rdb, rt: rt, store: store, runs: store, flags: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}
 	w.hb = NewHeartbeatEvery(rdb, cfg.ID, cfg.KeyPrefix, cfg.HeartbeatTTL, cfg.HeartbeatInterval)
 	w.hb.OnFence = func() {
@@ -317,7 +319,7 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		w.fence.cancelAll()
 	}
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
-	w.rescue = NewRescuer(rdb, cfg.KeyPrefix, cfg.RescueInterval, cfg.Logger)
+	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger})
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
@@ -355,7 +357,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	_ = w.rescue.Start(ctx)
 	mux := asynq.NewServeMux()
 	mux.Use(telemetry.AsynqMiddleware(telemetry.WithTracerProvider(w.cfg.TracerProvider), telemetry.WithMeterProvider(w.cfg.MeterProvider)))
-	mux.Use(w.drainable, w.fenceable, w.watchCancel) // drain.go, rescue.go, cancel.go
+	mux.Use(w.drainable, w.fenceable, w.watchCancel) // drain.go, fence.go, cancel.go
 	w.drain.reset()
 	mux.HandleFunc(job.TaskType, w.ProcessTask) // handler.go
 	if w.m != nil && w.poolReg == nil && w.rt != nil {

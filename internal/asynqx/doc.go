@@ -13,8 +13,19 @@
 // processor (say, a Server method that ends the processor's sleep for a
 // queue, or a Config channel the processor selects on beside its timer).
 //
-// The worker's rescuer (worker/rescue.go) also leans on asynq's behaviour
-// (it re-enqueues a dead worker's runs as "<key>#rescue-<run>" tasks beside
-// asynq's own recoverer) but through asynq's public Client; it is not here
-// yet.
+// The rescuer (rescue.go) is a second crash recovery beside asynq's own: it
+// re-enqueues a dead worker's runs as "<key>#rescue-<run>" tasks within
+// seconds, where asynq's recoverer takes one to two minutes, and relies on
+// asynq for the rest (task-id uniqueness, the active task's hash that
+// Inspector.GetTaskInfo reads, the recoverer's later retry of the original
+// task, which the worker then completes without running). Its doc lists
+// those, and Paddock's keys it reads. TestAsynqLeasesAnActiveTask and
+// TestAsynqRecoversAnExpiredLease (asynq_test.go) pin asynq's side with a
+// real asynq server on a real Redis: the active list, the lease set and its
+// expiry, the task hash and its state, the id conflict, the recoverer's
+// move to retry. It could be deleted if asynq made its lease duration and
+// recoverer interval Config fields (docs/reliability.md, "Upstream asynq
+// change we would propose"): a lease of a few seconds would make asynq's
+// own recovery as quick. The worker uses it through a Start/Stop interface
+// and keeps its self-fence (worker/fence.go).
 package asynqx

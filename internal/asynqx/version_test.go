@@ -8,10 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The gate was written against asynq v0.26.0. When go.mod moves asynq,
-// this fails: read the new version's rdb.Dequeue (its script's keys) and
-// the processor's idle loop (TaskCheckInterval's sleep), run this
-// package's tests, then update the pin.
+// The gate and the rescuer were written against asynq v0.26.0. When go.mod
+// moves asynq, this fails: read the new version's rdb.Dequeue (its
+// script's keys), the processor's idle loop (TaskCheckInterval's sleep),
+// the lease (rdb.LeaseDuration, the heartbeater's ExtendLease) and the
+// recoverer (its interval, its move to retry), run this package's tests,
+// then update the pin.
 func TestWrittenAgainstAsynqV0260(t *testing.T) {
 	mod, err := os.ReadFile("../../go.mod")
 	require.NoError(t, err)

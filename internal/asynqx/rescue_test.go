@@ -1,26 +1,25 @@
-package worker_test
+package asynqx_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
-	"github.com/paddockhq/paddock/worker"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+var quiet = slog.New(slog.DiscardHandler)
 
 // rescueSetup is a Redis, a results store on it, and an asynq client.
 type rescueSetup struct {
@@ -57,23 +56,22 @@ func TestRescuerRescuesOnlyDeadWorkersRuns(t *testing.T) {
 	_, err := s.cl.Enqueue(asynq.NewTaskWithHeaders(job.TaskType, []byte("payload"), map[string]string{"h": "v"}),
 		asynq.TaskID(key), asynq.Queue(job.DefaultQueue), asynq.MaxRetry(3), asynq.Retention(time.Hour))
 	require.NoError(t, err)
-	live := worker.NewHeartbeat(s.rdb, "live", "paddock:", 8*time.Second)
-	require.NoError(t, live.Start(ctx))
-	t.Cleanup(live.Stop)
+	// worker.Heartbeat's key: while it exists, the worker is alive.
+	require.NoError(t, s.rdb.Set(ctx, "paddock:worker:live", "1", time.Minute).Err())
 
 	run, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "live", TaskID: key, Queue: job.DefaultQueue})
 	require.NoError(t, err)
 	require.Equal(t, 1, run)
-	a := worker.NewRescuer(s.rdb, "paddock:", time.Second, slog.New(slog.DiscardHandler))
-	b := worker.NewRescuer(s.rdb, "paddock:", time.Second, slog.New(slog.DiscardHandler))
+	a := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Interval: time.Second, Logger: quiet})
+	b := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Interval: time.Second, Logger: quiet})
 	got, err := a.Pass(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, got, "a live worker's run was rescued")
 
-	live.Stop() // deletes the heartbeat key: the worker is dead
+	require.NoError(t, s.rdb.Del(ctx, "paddock:worker:live").Err()) // the worker is dead
 	var wg sync.WaitGroup
 	var ids [2][]string
-	for i, r := range []*worker.Rescuer{a, b} {
+	for i, r := range []*asynqx.Rescuer{a, b} {
 		wg.Go(func() {
 			var perr error
 			ids[i], perr = r.Pass(ctx)
@@ -84,9 +82,9 @@ func TestRescuerRescuesOnlyDeadWorkersRuns(t *testing.T) {
 	all := append(ids[0], ids[1]...)
 	require.NotEmpty(t, all)
 	for _, id := range all {
-		assert.Equal(t, key+"#rescue-1", id)
+		assert.Equal(t, asynqx.RescueID(key, 1), id)
 	}
-	info, err := s.insp.GetTaskInfo(job.DefaultQueue, key+"#rescue-1")
+	info, err := s.insp.GetTaskInfo(job.DefaultQueue, asynqx.RescueID(key, 1))
 	require.NoError(t, err)
 	assert.Equal(t, []byte("payload"), info.Payload)
 	assert.Equal(t, "v", info.Headers["h"])
@@ -97,17 +95,17 @@ func TestRescuerRescuesOnlyDeadWorkersRuns(t *testing.T) {
 
 	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "other", TaskID: key, Queue: job.DefaultQueue})
 	assert.ErrorIs(t, err, results.ErrStaleTask, "the original task still carries the job")
-	run, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: key + "#rescue-1", Queue: job.DefaultQueue})
+	run, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: asynqx.RescueID(key, 1), Queue: job.DefaultQueue})
 	require.NoError(t, err)
 	assert.Equal(t, 2, run)
 
 	// w2 never beat: it counts as dead too. Its run 2 is rescued once.
 	got, err = a.Pass(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, []string{key + "#rescue-2"}, got)
+	assert.Equal(t, []string{asynqx.RescueID(key, 2)}, got)
 
 	// A run started again since (run 3 elsewhere) is not rescued.
-	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w3", TaskID: key + "#rescue-2", Queue: job.DefaultQueue})
+	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w3", TaskID: asynqx.RescueID(key, 2), Queue: job.DefaultQueue})
 	require.NoError(t, err)
 	require.NoError(t, s.rdb.HSet(ctx, "paddock:active:w4", key, "2|"+key+"#rescue-2|"+job.DefaultQueue).Err())
 	require.NoError(t, s.rdb.SAdd(ctx, "paddock:active", "w4").Err())
@@ -125,77 +123,36 @@ func TestRescuerRescuesOnlyDeadWorkersRuns(t *testing.T) {
 	assert.Zero(t, n, "settled entries stay in the active sets")
 }
 
-// TestRescuerStartStop: the rescuer is a restartable service.
+// TestRescuerStartStop: the rescuer is a restartable service: started
+// twice and stopped twice, three times over, each time it rescues the run
+// of a worker that died meanwhile (a positive witness that its loop runs),
+// once.
 func TestRescuerStartStop(t *testing.T) {
 	s := newRescueSetup(t)
-	var passes atomic.Int32
-	r := worker.NewRescuer(s.rdb, "paddock:", 10*time.Millisecond, slog.New(slog.DiscardHandler))
-	r.OnRescue = func(string) { passes.Add(1) }
-	for range 3 {
-		require.NoError(t, r.Start(context.Background()))
-		require.NoError(t, r.Start(context.Background()))
-		time.Sleep(30 * time.Millisecond)
-		r.Stop()
-		r.Stop()
-	}
-	assert.Zero(t, passes.Load())
-}
-
-// failingRedis makes every command of a real client fail while on is set
-// (a worker cut off from Redis).
-type failingRedis struct{ on atomic.Bool }
-
-func (f *failingRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *failingRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if f.on.Load() {
-			return errors.New("injected: redis unreachable")
-		}
-		return next(ctx, cmd)
-	}
-}
-func (f *failingRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if f.on.Load() {
-			return errors.New("injected: redis unreachable")
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// TestHeartbeatFencesBeforeItsKeyExpires: a worker cut off from Redis
-// fences itself (OnFence, a new epoch, Fenced) while its heartbeat key
-// still exists, so no rescuer can have judged it dead yet; once a beat
-// succeeds again it is no longer fenced, but the epoch stays moved on.
-func TestHeartbeatFencesBeforeItsKeyExpires(t *testing.T) {
-	rs := testsvc.StartRedis(t)
-	rdb, probe := rs.Client(), rs.Client()
-	t.Cleanup(func() { rdb.Close(); probe.Close() })
-	fail := &failingRedis{}
-	rdb.AddHook(fail)
 	ctx := context.Background()
-	hb := worker.NewHeartbeatEvery(rdb, "cut", "paddock:", 3*time.Second, 100*time.Millisecond)
-	var keyAtFence atomic.Int64
-	var fences atomic.Int32
-	hb.OnFence = func() {
-		keyAtFence.Store(probe.Exists(ctx, "paddock:worker:cut").Val())
-		fences.Add(1)
+	rescued := make(chan string, 10)
+	r := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Interval: 10 * time.Millisecond, Logger: quiet,
+		OnRescue: func(id string) { rescued <- id }})
+	deadRun := func() string {
+		key := job.Key("", testsvc.Unique("ss"))
+		_, err := s.cl.Enqueue(asynq.NewTask(job.TaskType, nil), asynq.TaskID(key), asynq.Queue(job.DefaultQueue), asynq.MaxRetry(3))
+		require.NoError(t, err)
+		_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: testsvc.Unique("dead"), TaskID: key, Queue: job.DefaultQueue})
+		require.NoError(t, err)
+		return key
 	}
-	require.NoError(t, hb.Start(ctx))
-	t.Cleanup(hb.Stop)
-	e0, fenced := hb.Epoch()
-	require.False(t, fenced)
-
-	fail.on.Store(true)
-	require.Eventually(t, func() bool { return fences.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
-	assert.Equal(t, int64(1), keyAtFence.Load(), "fenced only after the key could have expired")
-	e1, fenced := hb.Epoch()
-	assert.True(t, fenced)
-	assert.Equal(t, e0+1, e1)
-
-	fail.on.Store(false)
-	require.Eventually(t, func() bool { _, f := hb.Epoch(); return !f }, 10*time.Second, 10*time.Millisecond)
-	e2, _ := hb.Epoch()
-	assert.Equal(t, e1, e2, "a job of the fenced epoch may never record")
-	assert.Equal(t, int32(1), fences.Load())
+	for range 3 {
+		require.NoError(t, r.Start(ctx))
+		require.NoError(t, r.Start(ctx))
+		key := deadRun()
+		select {
+		case id := <-rescued:
+			assert.Equal(t, asynqx.RescueID(key, 1), id)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a started rescuer did not rescue a dead worker's run")
+		}
+		r.Stop()
+		r.Stop()
+	}
+	assert.Empty(t, rescued, "a run was rescued twice")
 }

@@ -1,0 +1,90 @@
+package results
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrStaleTask is wrapped by BeginRunAs when the task starting the run no
+// longer carries the job: a rescuer re-enqueued it under another task id
+// after its worker died. The delivery must complete without running.
+var ErrStaleTask = errors.New("results: stale task")
+
+// BeginRun counts one more start of the job and returns the run number
+// (1 for the first start): BeginRunAs with no owner (the task is the
+// job's own, no active entry).
+func (s *Store) BeginRun(ctx context.Context, key string) (int, error) {
+	return s.BeginRunAs(ctx, key, RunOwner{})
+}
+
+// RunOwner names who starts a run: the worker (its active set,
+// <prefix>active:<worker>, job key → "run|task id|queue") and the asynq
+// task (its id and queue). A zero Worker writes no active entry; a zero
+// TaskID is the job key (the scheduler's task).
+type RunOwner struct{ Worker, TaskID, Queue string }
+
+//go:embed beginrun.lua
+var beginRunSource string
+
+var beginRunScript = redis.NewScript(beginRunSource)
+
+// BeginRunAs counts one more start of the job and returns the run number
+// (1 for the first start), unless the task o.TaskID no longer carries the
+// job: a rescuer re-enqueued it under another task id
+// (<prefix>task:<key>), and then it returns ErrStaleTask and counts
+// nothing. It notes the run in o.Worker's active set, which a rescuer
+// reads when the worker's heartbeat is gone. The counter and the active
+// set expire after the retention. It also marks the job running in the
+// job index (index.go), in the same round trip; an index failure is
+// logged, never returned.
+func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if o.TaskID == "" {
+		o.TaskID = key
+	}
+	rk := s.key("runs", key)
+	keys := []string{rk, s.key("task", key), rk, s.cfg.KeyPrefix + "active"}
+	if o.Worker != "" {
+		keys[2] = s.key("active", o.Worker)
+	}
+	var begin, idx *redis.Cmd
+	iw := s.runningWrite(key) // index.go: the job is running, in the same round trip
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// EVAL, not EVALSHA: inside MULTI a NOSCRIPT cannot fall back.
+		begin = beginRunScript.Eval(ctx, p, keys, o.TaskID, key, s.cfg.Retention.Milliseconds(), o.Queue)
+		idx = s.indexInPipe(ctx, p, iw)
+		return nil
+	})
+	if e := begin.Err(); e != nil {
+		return 0, fmt.Errorf("results: begin run %s: %w", key, e)
+	}
+	if err != nil && idx.Err() == nil {
+		return 0, fmt.Errorf("results: begin run %s: %w", key, err)
+	}
+	n, _ := begin.Int()
+	if n < 0 {
+		return 0, fmt.Errorf("%w: %s is not the task of job %s any more", ErrStaleTask, o.TaskID, key)
+	}
+	s.settleIndex(ctx, idx, iw)
+	return n, nil
+}
+
+// EndRun removes the run of key from worker's active set (the entry
+// BeginRunAs noted), once the run ended, whatever its outcome. It is a
+// final write: it runs on a detached context with its own deadline, and a
+// failure is returned for the caller to log (a rescuer checks a leftover
+// entry against the run counter and the result, so it is harmless).
+func (s *Store) EndRun(ctx context.Context, worker, key string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.rdb.HDel(ctx, s.key("active", worker), key).Err(); err != nil {
+		return fmt.Errorf("results: end run %s of %s: %w", key, worker, err)
+	}
+	return nil
+}

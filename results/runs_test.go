@@ -1,0 +1,57 @@
+package results_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBeginRunCounts(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	for want := 1; want <= 3; want++ {
+		n, err := s.store.BeginRun(ctx, "runs-1")
+		require.NoError(t, err)
+		assert.Equal(t, want, n)
+	}
+	ttl, err := s.rdb.PTTL(ctx, s.prefix+"runs:runs-1").Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl, "the counter expires")
+	n, err := s.store.BeginRun(ctx, "runs-2")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+}
+
+// TestBeginRunAsNotesTheRunUntilEndRun: a worker's run is noted in its
+// active set (<prefix>active:<worker>, "run|task|queue", the worker in
+// <prefix>active) until EndRun; a task that no longer carries the job
+// (<prefix>task:<key> names another) is refused with ErrStaleTask and
+// counts nothing.
+func TestBeginRunAsNotesTheRunUntilEndRun(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	key := job.Key("", "ra-1")
+	n, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w1", TaskID: key, Queue: "q"})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, "1|"+key+"|q", s.rdb.HGet(ctx, s.prefix+"active:w1", key).Val())
+	assert.True(t, s.rdb.SIsMember(ctx, s.prefix+"active", "w1").Val())
+
+	require.NoError(t, s.store.EndRun(ctx, "w1", key))
+	assert.False(t, s.rdb.HExists(ctx, s.prefix+"active:w1", key).Val(), "the run stays noted after EndRun")
+
+	require.NoError(t, s.rdb.Set(ctx, s.prefix+"task:"+key, key+"#rescue-1", time.Minute).Err())
+	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w1", TaskID: key, Queue: "q"})
+	require.ErrorIs(t, err, results.ErrStaleTask)
+	assert.Equal(t, "1", s.rdb.Get(ctx, s.prefix+"runs:"+key).Val(), "a stale task counted a run")
+	n, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: key + "#rescue-1", Queue: "q"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+}

@@ -322,7 +322,7 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 		return func() {}, nil
 	}
 	if f.auth.AccountChanged {
-		if err := pushAccount(ctx, g, f.auth.Authority, f.auth.Dir); err != nil {
+		if err := f.auth.Authority.PushAccountWith(ctx, g.dialAdmin, f.auth.Dir); err != nil {
 			return nil, fmt.Errorf("push the account with the gateway key: %w", err)
 		}
 	}
@@ -356,12 +356,12 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 // it issues one (as the admin) when the file is missing or its token no
 // longer verifies. Without a dev tenant (removed) it does nothing.
 func ensureDevToken(ctx context.Context, g *globals, adminCreds, path string) error {
-	return withAdminAs(ctx, g, adminCreds, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		toks, err := tenant.NewTokens(ctx, js, reg) // creates the bucket the gateway reads
+	return withAdminAs(ctx, g, adminCreds, "", func(ad *tenant.Admin) error {
+		toks, err := ad.Tokens(ctx) // creates the bucket the gateway reads
 		if err != nil {
 			return err
 		}
-		return keepDevToken(ctx, toks, reg, path)
+		return keepDevToken(ctx, toks, ad.Registry(), path)
 	})
 }
 

@@ -110,7 +110,7 @@ func paddockExports() jwt.Exports {
 // its streams and buckets with direct gets only.
 func tenantImports(t, paddock string) jwt.Imports {
 	var im jwt.Imports
-	for _, s := range tenantServiceSubjects(t) {
+	for _, s := range tenantRequests(t) {
 		i := &jwt.Import{Name: s, Subject: jwt.Subject(s), Account: paddock, Type: jwt.Service}
 		if local, ok := localAPISubject(s); ok {
 			i.LocalSubject = jwt.RenamingSubject(local)
@@ -148,16 +148,13 @@ func localAPISubject(s string) (string, bool) {
 // tenantMappings map tenant t's JetStream API subjects to their imports.
 func tenantMappings(t string) jwt.Mapping {
 	m := jwt.Mapping{}
-	for _, s := range tenantServiceSubjects(t) {
+	for _, s := range tenantRequests(t) {
 		if local, ok := localAPISubject(s); ok {
 			m[jwt.Subject(s)] = []jwt.WeightedMapping{{Subject: jwt.Subject(local)}}
 		}
 	}
 	return m
 }
-
-// tenantServiceSubjects are the request subjects of tenant t.
-func tenantServiceSubjects(t string) []string { return tenantRequests(t) }
 
 // tenantAccountClaims are the claims tenant t's account should have:
 // t's imports, no JetStream, the gateway key (gw, when not empty) as a
@@ -267,23 +264,14 @@ func sameTenantAccount(have, want *jwt.AccountClaims) bool {
 	enc := func(c *jwt.AccountClaims) string {
 		im := slices.Clone(c.Imports)
 		slices.SortFunc(im, func(x, y *jwt.Import) int { return strings.Compare(string(x.Subject), string(y.Subject)) })
-		return fmt.Sprint(c.Name, keysString(c.SigningKeys), c.Limits, importsString(im), mappingsString(c.Mappings))
+		return fmt.Sprint(c.Name, c.Limits, importsString(im), mappingsString(c.Mappings))
 	}
-	return enc(have) == enc(want)
+	return sameKeys(have.SigningKeys, want.SigningKeys) && enc(have) == enc(want)
 }
 
 // mappingsString is subject mappings in a comparable form.
 func mappingsString(m jwt.Mapping) string {
 	b, err := json.Marshal(m) // encoding/json sorts map keys
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
-}
-
-// keysString is signing keys as the account JWT encodes them.
-func keysString(k jwt.SigningKeys) string {
-	b, err := json.Marshal(&k)
 	if err != nil {
 		return err.Error()
 	}

@@ -166,6 +166,25 @@ func (a *Authority) Revoked(userPub string) bool {
 	return false
 }
 
+// RevokedUser reports whether the servers refuse u (UserOfCreds) for a
+// revocation in its account: of its key, or of every user of the account
+// issued until then (RevokeTenant, what `paddock tenant rm` does), which
+// Revoked, given only a key, cannot see.
+func (a *Authority) RevokedUser(u User) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var rev jwt.RevocationList
+	if u.Account == publicKey(a.account) {
+		rev = a.accClaims.Revocations
+	}
+	for _, ta := range a.tenants {
+		if ta.claims.Subject == u.Account {
+			rev = ta.claims.Revocations
+		}
+	}
+	return rev.IsRevoked(u.Key, u.IssuedAt)
+}
+
 // The files of a saved Authority.
 var authorityFiles = [...]struct{ seed, jwt string }{
 	{"operator.nk", "operator.jwt"}, {"sys.nk", "sys.jwt"}, {"account.nk", "account.jwt"},

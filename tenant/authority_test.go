@@ -152,3 +152,31 @@ func TestLoadOrCreateAuthority(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "operator.nk"))
 	assert.NoError(t, err, "nothing was overwritten")
 }
+
+// RevokedUser sees a revocation of every user of a tenant's account
+// (RevokeTenant), which Revoked, given a key only, does not; a user of
+// another account is untouched.
+func TestRevokedUser(t *testing.T) {
+	t.Parallel()
+	a, err := tenant.NewAuthority()
+	require.NoError(t, err)
+	user := func(role tenant.Role, name string) tenant.User {
+		creds, _, err := a.IssueUser(role, name, "")
+		require.NoError(t, err)
+		u, err := tenant.UserOfCreds(creds)
+		require.NoError(t, err)
+		return u
+	}
+	alpha, beta, svc := user(tenant.RoleTenant, "alpha"), user(tenant.RoleTenant, "beta"), user(tenant.RoleWorker, "")
+	assert.False(t, a.RevokedUser(alpha), "the control")
+
+	require.NoError(t, a.RevokeTenant("alpha"))
+	assert.True(t, a.RevokedUser(alpha))
+	assert.False(t, a.Revoked(alpha.Key), "Revoked sees keys only")
+	assert.False(t, a.RevokedUser(beta))
+
+	require.NoError(t, a.Revoke(svc.Key))
+	assert.True(t, a.RevokedUser(svc), "a key revoked in PADDOCK")
+	require.NoError(t, a.RevokeTenantUser("beta", beta.Key))
+	assert.True(t, a.RevokedUser(beta), "a key revoked in a tenant's account")
+}

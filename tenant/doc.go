@@ -14,5 +14,10 @@
 // re-signs its account's JWT and pushes it to the servers
 // (RevokeTenantUser, Revoke, PushAccount).
 //
+// Admin is tenant administration for a Go program connected as an admin
+// user (what `paddock tenant` does): Add, Set, List, Remove, Reissue and
+// Migrate keep a tenant's record, its account and users, and its streams
+// in step. Tokens are the gateway's bearer tokens of tenants.
+//
 // The package imports only job of this project.
 package tenant

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/gateway"
+	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/tenant"
 )
@@ -322,7 +322,7 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 		return func() {}, nil
 	}
 	if f.auth.AccountChanged {
-		if err := pushAccount(ctx, g, f.auth.Authority, f.auth.Dir); err != nil {
+		if err := f.auth.Authority.PushAccountWith(ctx, g.dialAdmin, f.auth.Dir); err != nil {
 			return nil, fmt.Errorf("push the account with the gateway key: %w", err)
 		}
 	}
@@ -352,37 +352,14 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 	return stop, nil
 }
 
-// ensureDevToken keeps a working bearer token of the dev tenant in path:
-// it issues one (as the admin) when the file is missing or its token no
-// longer verifies. Without a dev tenant (removed) it does nothing.
+// ensureDevToken keeps a working bearer token of the dev tenant in path,
+// as the admin (devstack.EnsureDevToken).
 func ensureDevToken(ctx context.Context, g *globals, adminCreds, path string) error {
-	return withAdminAs(ctx, g, adminCreds, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		toks, err := tenant.NewTokens(ctx, js, reg) // creates the bucket the gateway reads
+	return withAdminAs(ctx, g, adminCreds, "", func(ad *tenant.Admin) error {
+		toks, err := ad.Tokens(ctx) // creates the bucket the gateway reads
 		if err != nil {
 			return err
 		}
-		return keepDevToken(ctx, toks, reg, path)
+		return devstack.EnsureDevToken(ctx, toks, ad.Registry(), path)
 	})
-}
-
-// keepDevToken is ensureDevToken's work once the token store is open.
-func keepDevToken(ctx context.Context, toks *tenant.Tokens, reg *tenant.Registry, path string) error {
-	if b, err := os.ReadFile(path); err == nil {
-		if _, err := toks.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
-			return nil
-		} else if !errors.Is(err, tenant.ErrBadToken) {
-			return err
-		}
-	}
-	if _, err := reg.Get(ctx, "dev"); errors.Is(err, tenant.ErrNotFound) {
-		_ = os.Remove(path)
-		return nil
-	} else if err != nil {
-		return err
-	}
-	secret, _, err := toks.Issue(ctx, "dev", "paddock up")
-	if err != nil {
-		return err
-	}
-	return tenant.WriteCreds(path, []byte(secret+"\n"))
 }

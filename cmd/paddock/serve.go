@@ -423,11 +423,8 @@ func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), erro
 // (control.go: cancel, periodic jobs). The function it returns stops them
 // in shutdown order: stop intake (scheduler), drain running jobs (worker).
 func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Client, f *upFlags, obs *observability, log *slog.Logger) (func(), error) {
-	if err := ensureDevTenant(ctx, s, f.auth, log); err != nil {
+	if err := upTenants(ctx, g, s, f.auth, log); err != nil {
 		return nil, err
-	}
-	if err := migrateUpTenants(ctx, g, s, f.auth, log); err != nil {
-		return nil, fmt.Errorf("move tenants into their own accounts: %w", err)
 	}
 	sch, err := newScheduler(ctx, s, &f.sf, &f.cf, obs, log)
 	if err != nil {

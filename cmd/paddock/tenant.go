@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -66,66 +65,26 @@ func tenantAddCmd(g *globals, authDir func() string) *cobra.Command {
 			if out == "" {
 				return errors.New("--out FILE is required: where to write the tenant's credentials (0600)")
 			}
-			return addTenant(cmd.Context(), g, authDir(), t, out)
+			return withAdmin(cmd.Context(), g, authDir(), func(ad *tenant.Admin) error {
+				_, creds, err := ad.Add(cmd.Context(), t)
+				if errors.Is(err, tenant.ErrExists) {
+					return fmt.Errorf("%w (change its quotas with paddock tenant set)", err)
+				}
+				if err == nil {
+					err = tenant.WriteCreds(out, creds)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "tenant %s added; credentials in %s (keep them secret)\nsubmit as it: paddock --creds %s submit --wait -- 'echo hi'\n", t.Name, out, out)
+				return nil
+			})
 		},
 	}
 	fs := cmd.Flags()
 	quotaFlags(fs, &t)
 	fs.StringVar(&out, "out", "", "`file` to write the tenant's credentials to (0600)")
 	return cmd
-}
-
-// addTenant creates the tenant's account and issues its user (pushed to
-// the server over the system account before the creds are written),
-// creates its stream (so that it can submit at once) and registers it.
-func addTenant(ctx context.Context, g *globals, authDir string, t tenant.Tenant, out string) error {
-	a, err := tenant.LoadAuthority(authDir) // fresh from disk: another process may have revoked users
-	if err != nil {
-		return fmt.Errorf("signing keys: %w", err)
-	}
-	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		if _, err := reg.Get(ctx, t.Name); err == nil {
-			return fmt.Errorf("%w: %s (change its quotas with paddock tenant set)", tenant.ErrExists, t.Name)
-		}
-		creds, err := issueTenantCreds(ctx, g, a, authDir, &t)
-		if err != nil {
-			return err
-		}
-		// The stream first, then the record the schedulers react to: they
-		// find the stream made, and no two processes update it at once.
-		if err := results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored); err != nil {
-			return err
-		}
-		if err := reg.Create(ctx, t); err != nil {
-			return err
-		}
-		if err := tenant.WriteCreds(out, creds); err != nil {
-			return err
-		}
-		fmt.Fprintf(g.stdout, "tenant %s added; credentials in %s (keep them secret)\nsubmit as it: paddock --creds %s submit --wait -- 'echo hi'\n", t.Name, out, out)
-		return nil
-	})
-}
-
-// issueTenantCreds issues a user of t's own account (creating the account
-// when missing), saves the authority and pushes it, and records the user
-// and account in t.
-func issueTenantCreds(ctx context.Context, g *globals, a *tenant.Authority, authDir string, t *tenant.Tenant) ([]byte, error) {
-	creds, pub, err := a.IssueUser(tenant.RoleTenant, t.Name, "")
-	if err != nil {
-		return nil, err
-	}
-	if t.Account, err = a.TenantAccountKey(t.Name); err != nil {
-		return nil, err
-	}
-	t.User = pub
-	if err := a.Save(authDir); err != nil {
-		return nil, err
-	}
-	if err := pushAccount(ctx, g, a, authDir); err != nil {
-		return nil, fmt.Errorf("the server must know the tenant's account before it admits its user: %w", err)
-	}
-	return creds, nil
 }
 
 func tenantSetCmd(g *globals) *cobra.Command {
@@ -136,31 +95,23 @@ func tenantSetCmd(g *globals) *cobra.Command {
 		Example: `  paddock tenant set acme --max-queued 5000 --rate 0   # 0: no limit`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, fl := cmd.Context(), cmd.Flags()
-			return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
-				t, err := reg.Get(ctx, args[0])
+			fl := cmd.Flags()
+			return withAdmin(cmd.Context(), g, "", func(ad *tenant.Admin) error {
+				t, err := ad.Set(cmd.Context(), args[0], func(t *tenant.Tenant) {
+					if fl.Changed("max-queued") {
+						t.MaxQueued = q.MaxQueued
+					}
+					if fl.Changed("max-running") {
+						t.MaxRunning = q.MaxRunning
+					}
+					if fl.Changed("rate") {
+						t.Rate = q.Rate
+					}
+					if fl.Changed("max-stored-bytes") {
+						t.MaxStored = q.MaxStored
+					}
+				})
 				if err != nil {
-					return err
-				}
-				if fl.Changed("max-queued") {
-					t.MaxQueued = q.MaxQueued
-				}
-				if fl.Changed("max-running") {
-					t.MaxRunning = q.MaxRunning
-				}
-				if fl.Changed("rate") {
-					t.Rate = q.Rate
-				}
-				if fl.Changed("max-stored-bytes") {
-					t.MaxStored = q.MaxStored
-				}
-				if err := t.Validate(); err != nil {
-					return err
-				}
-				if err := results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored); err != nil {
-					return err
-				}
-				if err := reg.Put(ctx, t); err != nil {
 					return err
 				}
 				return printTenants(g.stdout, []tenant.Tenant{t})
@@ -187,8 +138,8 @@ func tenantLsCmd(g *globals) *cobra.Command {
 		Short: "List the tenants and their quotas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withAdmin(cmd.Context(), g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
-				ts, err := reg.List(cmd.Context())
+			return withAdmin(cmd.Context(), g, "", func(ad *tenant.Admin) error {
+				ts, err := ad.List(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -225,94 +176,31 @@ func tenantRmCmd(g *globals, authDir func() string) *cobra.Command {
 		Short: "Remove a tenant: its credentials stop working at once (live connections are closed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return removeTenant(cmd.Context(), g, authDir(), args[0])
+			return withAdmin(cmd.Context(), g, authDir(), func(ad *tenant.Admin) error {
+				if err := ad.Remove(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "tenant %s removed; its credentials and gateway tokens are revoked (its stream %s keeps any backlog)\n", args[0], job.JobsStream(args[0]))
+				return nil
+			})
 		},
 	}
 }
 
-// removeTenant revokes every user of the tenant's account (its credentials
-// and the gateway's users of it; pushed to the server over the system
-// account, so it takes effect at once) and deletes its record. Its
-// stream, with any backlog, is kept for the operator to inspect or purge.
-func removeTenant(ctx context.Context, g *globals, authDir, name string) error {
-	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		t, err := reg.Get(ctx, name)
-		if err != nil {
-			return err
-		}
-		// The gateway refuses a removed tenant's tokens anyway (Verify
-		// checks the record); deleting them leaves nothing to reuse if the
-		// name is added again.
-		ts, err := tenant.NewTokens(ctx, js, reg)
-		if err != nil {
-			return err
-		}
-		if _, err := ts.RevokeTenant(ctx, name); err != nil {
-			return fmt.Errorf("revoke the tenant's gateway tokens: %w", err)
-		}
-		a, err := tenant.LoadAuthority(authDir)
-		if err != nil {
-			return fmt.Errorf("signing keys: %w", err)
-		}
-		if err := revokeTenantUsers(a, t); err != nil {
-			return err
-		}
-		if err := a.Save(authDir); err != nil {
-			return err
-		}
-		if err := pushAccount(ctx, g, a, authDir); err != nil {
-			return err
-		}
-		if err := reg.Delete(ctx, name); err != nil {
-			return err
-		}
-		fmt.Fprintf(g.stdout, "tenant %s removed; its credentials and gateway tokens are revoked (its stream %s keeps any backlog)\n", name, job.JobsStream(name))
-		return nil
-	})
-}
-
-// revokeTenantUsers revokes every user of t: all of its account's, and a
-// user of the shared account from before tenants had accounts.
-func revokeTenantUsers(a *tenant.Authority, t tenant.Tenant) error {
-	if t.Account != "" {
-		if _, err := a.EnsureTenantAccount(t.Name); err != nil {
-			return err
-		}
-		return a.RevokeTenant(t.Name)
-	}
-	if t.User != "" {
-		return a.Revoke(t.User)
-	}
-	return nil
-}
-
-// pushAccount sends the re-signed account to the server as the system
-// account's user (<auth-dir>/creds/sys.creds).
-func pushAccount(ctx context.Context, g *globals, a *tenant.Authority, authDir string) error {
-	sys := filepath.Join(authDir, "creds", "sys.creds")
-	if !fileExists(sys) {
-		return fmt.Errorf("no system account credentials in %s: push the account yourself (nsc push) for the revocation to take effect", sys)
-	}
-	nc, err := g.connectAs(ctx, "paddock-tenant-admin", sys, "")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return a.PushAccount(ctx, nc)
-}
-
-// withAdmin runs fn with an admin connection's JetStream and the registry.
-func withAdmin(ctx context.Context, g *globals, fn func(jetstream.JetStream, *tenant.Registry) error) error {
+// withAdmin runs fn with a tenant.Admin over an admin connection (admin
+// credentials: adminCreds) and the signing keys in authDir ("" for what
+// needs none).
+func withAdmin(ctx context.Context, g *globals, authDir string, fn func(*tenant.Admin) error) error {
 	creds, err := g.adminCreds()
 	if err != nil {
 		return err
 	}
-	return withAdminAs(ctx, g, creds, fn)
+	return withAdminAs(ctx, g, creds, authDir, fn)
 }
 
 // withAdminAs is withAdmin with the admin credentials creds.
-func withAdminAs(ctx context.Context, g *globals, creds string, fn func(jetstream.JetStream, *tenant.Registry) error) error {
-	nc, err := g.connectAs(ctx, "paddock-tenant-admin", creds, "")
+func withAdminAs(ctx context.Context, g *globals, creds, authDir string, fn func(*tenant.Admin) error) error {
+	nc, err := g.dialAdmin(ctx, creds)
 	if err != nil {
 		return err
 	}
@@ -321,11 +209,27 @@ func withAdminAs(ctx context.Context, g *globals, creds string, fn func(jetstrea
 	if err != nil {
 		return err
 	}
-	reg, err := tenant.NewRegistry(ctx, js)
+	ad, err := newAdmin(ctx, g, js, authDir, nil)
 	if err != nil {
 		return err
 	}
-	return fn(js, reg)
+	return fn(ad)
+}
+
+// newAdmin is the tenant.Admin of js, with the signing keys of authDir (a
+// when the caller holds them), creating a tenant's streams with the
+// default stream config and pushing accounts over a connection like the
+// CLI's.
+func newAdmin(ctx context.Context, g *globals, js jetstream.JetStream, authDir string, a *tenant.Authority) (*tenant.Admin, error) {
+	return tenant.NewAdmin(ctx, js, tenant.AdminConfig{AuthDir: authDir, Authority: a, Dial: g.dialAdmin,
+		Streams: func(ctx context.Context, t tenant.Tenant) error {
+			return results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored)
+		}})
+}
+
+// dialAdmin connects as the tenant administration, with creds.
+func (g *globals) dialAdmin(ctx context.Context, creds string) (*nats.Conn, error) {
+	return g.connectAs(ctx, "paddock-tenant-admin", creds, "")
 }
 
 // registryTenants is the scheduler's TenantSource: the default tenant,
@@ -388,58 +292,12 @@ Rotation: docs/operations.md.`,
 
 func authInit(g *globals, resolverDir string) error {
 	au, err := devstack.LoadOrCreateAuth(g.dataDirPath())
+	if err == nil {
+		err = au.WriteServerFiles(resolverDir)
+	}
 	if err != nil {
 		return err
-	}
-	conf, err := au.Authority.ServerConfig(resolverDir)
-	if err != nil {
-		return err
-	}
-	files := map[string]string{
-		"nats-auth.conf":  conf,
-		"redis-users.acl": "user default off\nuser " + au.RedisUser + " on >" + au.RedisPassword + " ~* &* +@all\n",
-	}
-	for name, text := range files {
-		if err := tenant.WriteCreds(filepath.Join(au.Dir, name), []byte(text)); err != nil {
-			return err
-		}
 	}
 	fmt.Fprintf(g.stdout, "credentials in %s (0600): creds/{admin,scheduler,worker,gateway,sys,dev}.creds, gateway.nk, tenants/ (one NATS account per tenant), nats-auth.conf, redis.password, redis-users.acl\n", au.Dir)
-	return nil
-}
-
-// ensureDevTenant registers the dev tenant of a new `paddock up` (its
-// credentials were issued with the authority), and records dev's new user
-// and account when LoadOrCreateAuth moved it into its own account.
-func ensureDevTenant(ctx context.Context, s *stack, au *devstack.Auth, log *slog.Logger) error {
-	if au.DevUser == "" {
-		return nil
-	}
-	reg, err := tenant.NewRegistry(ctx, s.js)
-	if err != nil {
-		return fmt.Errorf("tenant registry: %w", err)
-	}
-	account, err := au.Authority.TenantAccountKey(devstack.DevTenant)
-	if err != nil {
-		return err
-	}
-	t, err := reg.Get(ctx, devstack.DevTenant)
-	switch {
-	case err == nil && t.Account == account && t.User == au.DevUser:
-		return nil
-	case err == nil && au.DevMoved:
-		t.Account, t.User = account, au.DevUser
-		log.Warn("tenant dev moved into its own NATS account; its old credentials are revoked", "creds", au.DevCreds)
-		return reg.Put(ctx, t)
-	case err == nil || !errors.Is(err, tenant.ErrNotFound):
-		return err
-	}
-	if au.Authority.Revoked(au.DevUser) {
-		return nil // removed with `paddock tenant rm dev`: it stays removed
-	}
-	if err := reg.Create(ctx, tenant.Tenant{Name: devstack.DevTenant, User: au.DevUser, Account: account}); err != nil && !errors.Is(err, tenant.ErrExists) {
-		return err
-	}
-	log.Info("created tenant dev", "creds", au.DevCreds)
 	return nil
 }

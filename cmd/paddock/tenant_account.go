@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/paddockhq/paddock/internal/devstack"
@@ -24,46 +23,21 @@ func tenantCredsCmd(g *globals, authDir func() string) *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("--out FILE is required: where to write the tenant's credentials (0600)")
 			}
-			return reissueTenant(cmd.Context(), g, authDir(), args[0], out)
+			return withAdmin(cmd.Context(), g, authDir(), func(ad *tenant.Admin) error {
+				creds, err := ad.Reissue(cmd.Context(), args[0])
+				if err == nil {
+					err = tenant.WriteCreds(out, creds)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "new credentials of tenant %s in %s (keep them secret); its previous credentials are revoked\n", args[0], out)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "`file` to write the tenant's credentials to (0600)")
 	return cmd
-}
-
-// reissueTenant revokes the tenant's current user and issues a new one in
-// its own account (moving a tenant of an older version into it).
-func reissueTenant(ctx context.Context, g *globals, authDir, name, out string) error {
-	a, err := tenant.LoadAuthority(authDir)
-	if err != nil {
-		return fmt.Errorf("signing keys: %w", err)
-	}
-	return withAdmin(ctx, g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
-		t, err := reg.Get(ctx, name)
-		if err != nil {
-			return err
-		}
-		if _, err := a.Migrate(&t); err != nil {
-			return err
-		}
-		if t.User != "" {
-			if err := a.RevokeTenantUser(t.Name, t.User); err != nil {
-				return err
-			}
-		}
-		creds, err := issueTenantCreds(ctx, g, a, authDir, &t)
-		if err != nil {
-			return err
-		}
-		if err := reg.Put(ctx, t); err != nil {
-			return err
-		}
-		if err := tenant.WriteCreds(out, creds); err != nil {
-			return err
-		}
-		fmt.Fprintf(g.stdout, "new credentials of tenant %s in %s (keep them secret); its previous credentials are revoked\n", name, out)
-		return nil
-	})
 }
 
 // tenantMigrateCmd is `paddock tenant migrate`: every tenant of an older
@@ -80,60 +54,38 @@ account and revokes its old user; issue each tenant new credentials with
 left alone, so it is safe to run again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := tenant.LoadAuthority(authDir())
-			if err != nil {
-				return fmt.Errorf("signing keys: %w", err)
-			}
 			log := slog.New(slog.NewTextHandler(g.stderr, nil))
-			return withAdmin(cmd.Context(), g, func(_ jetstream.JetStream, reg *tenant.Registry) error {
-				return migrateTenants(cmd.Context(), g, a, authDir(), reg, log)
+			return withAdmin(cmd.Context(), g, authDir(), func(ad *tenant.Admin) error {
+				return migrateTenants(cmd.Context(), ad, log)
 			})
 		},
 	}
 }
 
-// migrateTenants moves every registered tenant without an account into
-// its own (tenant.Authority.Migrate), saves and pushes the authority, then
-// updates their records. Each moved tenant is logged with what to do.
-func migrateTenants(ctx context.Context, g *globals, a *tenant.Authority, authDir string, reg *tenant.Registry, log *slog.Logger) error {
-	all, err := reg.List(ctx)
-	if err != nil {
-		return err
-	}
-	var moved []tenant.Tenant
-	for _, t := range all {
-		ok, err := a.Migrate(&t)
-		if err != nil {
-			return fmt.Errorf("tenant %s: %w", t.Name, err)
-		}
-		if ok {
-			moved = append(moved, t)
-		}
-	}
-	if len(moved) == 0 {
-		return nil
-	}
-	if err := a.Save(authDir); err != nil {
-		return err
-	}
-	if err := pushAccount(ctx, g, a, authDir); err != nil {
-		return err
-	}
+// migrateTenants moves every tenant of an older version into its own
+// account (tenant.Admin.Migrate) and logs each with what to do.
+func migrateTenants(ctx context.Context, ad *tenant.Admin, log *slog.Logger) error {
+	moved, err := ad.Migrate(ctx)
 	for _, t := range moved {
-		if err := reg.Put(ctx, t); err != nil {
-			return err
-		}
 		log.Warn("tenant moved into its own NATS account; its old credentials are revoked: issue new ones with `paddock tenant creds "+t.Name+" --out FILE`",
 			"tenant", t.Name, "account", t.Account)
 	}
-	return nil
+	return err
 }
 
-// migrateUpTenants is migrateTenants for `paddock up`, with its authority.
-func migrateUpTenants(ctx context.Context, g *globals, s *stack, au *devstack.Auth, log *slog.Logger) error {
-	reg, err := tenant.NewRegistry(ctx, s.js)
+// upTenants are `paddock up`'s tenants, with its authority: the dev
+// tenant registered (devstack.Auth.EnsureDevTenant), and tenants of an
+// older version moved into their own accounts.
+func upTenants(ctx context.Context, g *globals, s *stack, au *devstack.Auth, log *slog.Logger) error {
+	ad, err := newAdmin(ctx, g, s.js, au.Dir, au.Authority)
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
 	}
-	return migrateTenants(ctx, g, au.Authority, au.Dir, reg, log)
+	if err := au.EnsureDevTenant(ctx, ad.Registry(), log); err != nil {
+		return err
+	}
+	if err := migrateTenants(ctx, ad, log); err != nil {
+		return fmt.Errorf("move tenants into their own accounts: %w", err)
+	}
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/paddockhq/paddock/tenant"
@@ -85,8 +84,8 @@ func printTokens(g *globals, ctx context.Context, ts *tenant.Tokens, name, outpu
 
 // withTokens runs fn with the token store, as the admin.
 func withTokens(ctx context.Context, g *globals, fn func(*tenant.Tokens) error) error {
-	return withAdmin(ctx, g, func(js jetstream.JetStream, reg *tenant.Registry) error {
-		ts, err := tenant.NewTokens(ctx, js, reg)
+	return withAdmin(ctx, g, "", func(ad *tenant.Admin) error {
+		ts, err := ad.Tokens(ctx)
 		if err != nil {
 			return err
 		}

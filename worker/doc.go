@@ -12,4 +12,10 @@
 // Failures of the machinery (Docker engine, image, init) are kept apart from
 // the job's own: they are retried by the queue and end as state "infra" only
 // when the retries are spent.
+//
+// Build makes a worker from the fleet's connections (the sandbox runtime
+// over Docker, agent I/O and the wake-up subscription over NATS); New
+// takes a runtime made by the caller. Both refuse a Config whose heartbeat
+// TTL does not outlast the sandbox watchdog by WatchdogMargin
+// (ErrHeartbeatTTL).
 package worker

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -24,12 +23,8 @@ import (
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/scheduler"
 	"github.com/paddockhq/paddock/telemetry"
+	"github.com/paddockhq/paddock/worker"
 )
-
-func defaultWorkerID() string {
-	h, _ := os.Hostname()
-	return h + "-" + strconv.Itoa(os.Getpid())
-}
 
 type schedFlags struct {
 	concurrency     int
@@ -126,7 +121,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	if err != nil {
 		return nil, err
 	}
-	p, err := startPresence(ctx, s.rdb, defaultWorkerID())
+	p, err := startPresence(ctx, s.rdb, worker.DefaultID())
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func (c *capsFlags) loadBroker(ctx context.Context, serve bool, limiter broker.L
 			return nil, err
 		}
 		c.fleetBrk = f
-	} else if serve && c.fleetBrk.b == nil {
+	} else if serve && !c.fleetBrk.Serving() {
 		c.fleetBrk.limiter = limiter
 		if err := c.fleetBrk.startServing(ctx, obs); err != nil {
 			return nil, err

@@ -297,7 +297,9 @@ type Worker struct {
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
 // runtime; the worker starts and stops it; nil and unused with
-// Config.NoopExecutor) and store (results).
+// Config.NoopExecutor) and store (results). Build makes rt, the agent I/O
+// and the wake-up subscription from the connections; use New for a
+// runtime of your own.
 func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

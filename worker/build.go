@@ -36,9 +36,10 @@ func DefaultID() string {
 	return h + "-" + strconv.Itoa(os.Getpid())
 }
 
-// checkWatchdog is the one check that the heartbeat TTL outlasts the
-// boxes' watchdog.
-func checkWatchdog(ttl, watchdog time.Duration) error {
+// CheckHeartbeatTTL is the one check that a heartbeat TTL outlasts the
+// boxes' watchdog by WatchdogMargin (ErrHeartbeatTTL). New runs it with
+// its runtime's watchdog; a caller may run it first, on its flags.
+func CheckHeartbeatTTL(ttl, watchdog time.Duration) error {
 	if ttl < watchdog+WatchdogMargin {
 		return fmt.Errorf("%w: heartbeat TTL %s, watchdog %s: a frozen worker's sandboxes must end before its jobs run elsewhere",
 			ErrHeartbeatTTL, ttl, watchdog)

@@ -17,5 +17,6 @@
 // over Docker, agent I/O and the wake-up subscription over NATS); New
 // takes a runtime made by the caller. Both refuse a Config whose heartbeat
 // TTL does not outlast the sandbox watchdog by WatchdogMargin
-// (ErrHeartbeatTTL).
+// (ErrHeartbeatTTL; CheckHeartbeatTTL runs that check alone, as
+// cmd/paddock does on its flags before it connects).
 package worker

@@ -314,7 +314,7 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
 	}
 	if rt != nil {
-		if err := checkWatchdog(cfg.HeartbeatTTL, rt.Watchdog()); err != nil {
+		if err := CheckHeartbeatTTL(cfg.HeartbeatTTL, rt.Watchdog()); err != nil {
 			return nil, err
 		}
 	}

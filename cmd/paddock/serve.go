@@ -295,7 +295,7 @@ scheduler, a worker and the gateway (HTTP API and MCP on --gateway-addr, the dev
 tenant's bearer token in <data-dir>/auth/dev.token) until interrupted, and shuts
 down in order: stop the gateway and intake, drain running jobs, stop the
 services it started.`,
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf) },
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)

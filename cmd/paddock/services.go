@@ -227,16 +227,29 @@ func (c *capsFlags) validate() error {
 }
 
 // checkStart validates a service's flags before it connects to anything:
-// the caps, the service URLs and, for a worker, the heal flags.
-func checkStart(g *globals, cf *capsFlags, hf *healFlags) error {
+// the caps, the service URLs and, for a worker (wf), the heal flags and
+// the heartbeat TTL against the watchdog.
+func checkStart(g *globals, cf *capsFlags, wf *workerFlags) error {
 	errs := []error{cf.validate(), checkNATSURL(g.natsURL)}
 	if _, err := redisOptions(g.redisURL); err != nil {
 		errs = append(errs, err)
 	}
-	if hf != nil {
-		errs = append(errs, hf.check())
+	if wf != nil {
+		errs = append(errs, wf.heal.check(), wf.checkHeartbeatTTL(nil))
 	}
 	return errors.Join(errs...)
+}
+
+// checkHeartbeatTTL names the flags of a heartbeat TTL too short for the
+// watchdog (worker.CheckHeartbeatTTL, or err when it is that error).
+func (w *workerFlags) checkHeartbeatTTL(err error) error {
+	if err == nil {
+		err = worker.CheckHeartbeatTTL(w.heartbeatTTL, w.watchdog)
+	}
+	if errors.Is(err, worker.ErrHeartbeatTTL) {
+		return fmt.Errorf("--heartbeat-ttl %s must be at least --watchdog %s + %s: %w", w.heartbeatTTL, w.watchdog, worker.WatchdogMargin, err)
+	}
+	return err
 }
 
 // workerFlags configure a worker and its sandbox.
@@ -355,8 +368,8 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		cfg.MaxVolumesPerTenant = wf.maxVolumes
 	}
 	w, err := worker.Build(ctx, rdb, d, js, store, cfg)
-	if errors.Is(err, worker.ErrHeartbeatTTL) {
-		return nil, fmt.Errorf("--heartbeat-ttl %s must be at least --watchdog %s + %s: %w", wf.heartbeatTTL, wf.watchdog, worker.WatchdogMargin, err)
+	if err != nil {
+		return nil, wf.checkHeartbeatTTL(err)
 	}
-	return w, err
+	return w, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,11 @@ type Config struct {
 	// redirect and keeps no cookie jar (cookies never pass from one job to
 	// another); a client that skips TLS verification is refused.
 	HTTPClient *http.Client
+	// RootCAs are the CAs the default HTTPClient trusts (nil: the
+	// system's), for upstreams behind a private CA: add it to
+	// x509.SystemCertPool to trust both. Give RootCAs or HTTPClient, not
+	// both.
+	RootCAs *x509.CertPool
 	// Logger, default slog.Default(); the broker logs with component=broker.
 	Logger *slog.Logger
 	// Tracer, default otel.Tracer(TracerName).
@@ -88,9 +94,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
+	if c.HTTPClient != nil && c.RootCAs != nil {
+		return c, fmt.Errorf("%w: give RootCAs or HTTPClient, not both (set the client's own TLS config instead)", ErrConfig)
+	}
 	if c.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.RootCAs}
 		t.MaxResponseHeaderBytes = 1 << 20
 		c.HTTPClient = &http.Client{Transport: t}
 	}
@@ -157,7 +166,7 @@ type Broker struct {
 // broker) taking secrets from secrets.
 func New(policy *Policy, secrets Secrets, cfg Config) (*Broker, error) {
 	if policy == nil {
-		return nil, fmt.Errorf("%w: no policy: a fleet without a policy file runs no broker", ErrConfig)
+		return nil, fmt.Errorf("%w: no policy: %s", ErrConfig, job.NoBroker)
 	}
 	if secrets == nil {
 		return nil, fmt.Errorf("%w: no secret source: use NewDirSecrets or NewEnvSecrets", ErrConfig)

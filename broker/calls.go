@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/paddockhq/paddock/job"
 )
 
 // Rule names why the broker refused a call, or how the call failed. It is
@@ -111,6 +113,18 @@ func (l *CallLog) Dropped() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.dropped
+}
+
+// Result is the log as a job's result lists it (job.Result.Broker).
+func (l *CallLog) Result() *job.BrokerCalls {
+	calls := l.Calls()
+	out := &job.BrokerCalls{Calls: make([]job.BrokerCall, len(calls)), Dropped: l.Dropped()}
+	for i, c := range calls {
+		out.Calls[i] = job.BrokerCall{Start: c.Start.UTC(), Grant: c.Grant, Method: c.Method, Path: c.Path, QueryKeys: c.QueryKeys,
+			Status: c.Status, Rule: string(c.Rule), Error: c.Error, BytesIn: c.BytesIn, BytesOut: c.BytesOut,
+			Redacted: c.Redacted, DurationMS: c.DurationMS}
+	}
+	return out
 }
 
 // refusal is a refused or failed call: the answer the box gets.

@@ -29,6 +29,11 @@
 // short-lived JWT signed with Ed25519, bound to the tenant, the job and the
 // grant, that expires with the job (Broker.JWKS publishes the public key).
 //
+// Holder is a process's broker over a policy file: the policy in force
+// for the scheduler's grant check and, once serving, the Broker of a
+// worker, both reloaded together (Reload, which cmd/paddock calls on
+// SIGHUP).
+//
 // docs/broker.md describes the policy file with a worked example.
 //
 // The package imports only job of this project.

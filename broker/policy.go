@@ -84,7 +84,7 @@ type GrantError struct {
 func (e *GrantError) Error() string {
 	switch {
 	case e.Off:
-		return fmt.Sprintf("broker: grant %q: this fleet runs no secrets broker (no policy file): remove the grant from the job or ask the operator for one", e.Grant)
+		return "broker: " + job.NoBrokerGrant(e.Grant)
 	case e.Undefined:
 		return fmt.Sprintf("broker: grant %q does not exist in the broker policy: check its spelling, or ask the operator to define it", e.Grant)
 	}

@@ -103,12 +103,8 @@ func newFleet(t *testing.T, mod func(*Config)) *fleet {
 	t.Cleanup(lister.Stop)
 
 	owner := testsvc.Unique("gw")
-	x, err := results.NewIO(js, results.IOConfig{})
-	require.NoError(t, err)
-	rt, err := sandbox.New(d, sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1})
-	require.NoError(t, err)
-	w, err := worker.New(rdb, rt, store, worker.Config{ID: owner, Caps: caps, Concurrency: 2,
-		ShutdownTimeout: 5 * time.Second, IO: x, Volumes: guard})
+	w, err := worker.Build(ctx, rdb, d, js, store, worker.Config{ID: owner, Caps: caps, Concurrency: 2,
+		ShutdownTimeout: 5 * time.Second, Volumes: guard, Sandbox: sandbox.Config{InitPath: initPath, PoolSize: 1}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)

@@ -64,6 +64,10 @@ func New(docker DockerClient, cfg Config) (*Runtime, error) {
 // Owner is the owner label of this runtime's containers.
 func (r *Runtime) Owner() string { return r.cfg.Owner }
 
+// Watchdog is how long a box's init waits for a word from its worker
+// before it ends the box (Config.Watchdog).
+func (r *Runtime) Watchdog() time.Duration { return r.cfg.Watchdog }
+
 // Stats returns the pool counters.
 func (r *Runtime) Stats() *Stats { return &r.stats }
 

@@ -20,7 +20,7 @@ type GrantChecker interface {
 func (s *Scheduler) checkGrants(spec *job.Spec) error {
 	var fields []job.FieldError
 	for i, name := range spec.Grants {
-		msg := fmt.Sprintf("grant %q: this fleet runs no secrets broker (no policy file): remove the grant from the job or ask the operator for one", name)
+		msg := job.NoBrokerGrant(name)
 		if s.cfg.Grants != nil {
 			err := s.cfg.Grants.Check(spec.Tenant, []string{name})
 			if err == nil {

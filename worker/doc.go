@@ -23,4 +23,11 @@
 // could not renew its heartbeat in time fences itself first (fence.go): it
 // kills its running jobs and records none of their results, so a rescue
 // never overlaps a run.
+//
+// Build makes a worker from the fleet's connections (the sandbox runtime
+// over Docker, agent I/O and the wake-up subscription over NATS); New
+// takes a runtime made by the caller. Both refuse a Config whose heartbeat
+// TTL does not outlast the sandbox watchdog by WatchdogMargin
+// (ErrHeartbeatTTL; CheckHeartbeatTTL runs that check alone, as
+// cmd/paddock does on its flags before it connects).
 package worker

@@ -40,14 +40,13 @@ func TestNoopExecutorRunsTheHandlerPath(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sch.Start(ctx))
 	t.Cleanup(sch.Stop)
-	x, err := results.NewIO(js, results.IOConfig{})
-	require.NoError(t, err)
 	owner := testsvc.Unique("noop")
 
 	_, err = worker.New(rdb, nil, store, worker.Config{ID: owner, Caps: caps})
 	require.ErrorIs(t, err, worker.ErrConfig, "a nil runtime is refused without the no-op executor")
 
-	w, err := worker.New(rdb, nil, store, worker.Config{ID: owner, Caps: caps, NoopExecutor: true, IO: x,
+	// No Docker client: the no-op executor makes no sandbox runtime.
+	w, err := worker.Build(ctx, rdb, nil, js, store, worker.Config{ID: owner, Caps: caps, NoopExecutor: true,
 		Concurrency: 4, Intakes: 2, ShutdownTimeout: 5 * time.Second}) // two asynq servers
 	require.NoError(t, err)
 	for range 2 { // starts and stops again, without a runtime

@@ -7,7 +7,7 @@ package worker
 
 // Wake tells the worker that a job was just enqueued on queue: an idle
 // worker asks Redis for it at once instead of at its next poll. The caller
-// subscribes to job.WakeSubject (cmd/paddock does, on NATS). Without
+// subscribes to job.WakeSubject (Build does, on NATS). Without
 // Config.Wakeups it does nothing.
 func (w *Worker) Wake(queue string) {
 	if g := w.gate.Load(); g != nil {

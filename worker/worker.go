@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/sandbox"
 	"github.com/paddockhq/paddock/telemetry"
 )
@@ -67,9 +66,10 @@ type Config struct {
 	// With Wakeups it is the backstop instead: how long a queue found empty
 	// goes unasked without a wake-up (default 1 s).
 	TaskCheckInterval time.Duration
-	// Wakeups: the caller calls Wake for every job enqueued (cmd/paddock
-	// subscribes to job.WakeSubject), and an idle worker asks Redis for a
-	// queue's jobs only when woken, or after TaskCheckInterval (wake.go).
+	// Wakeups: Wake is called for every job enqueued (Build subscribes to
+	// job.WakeSubject; a caller of New calls it itself), and an idle worker
+	// asks Redis for a queue's jobs only when woken, or after
+	// TaskCheckInterval (wake.go).
 	Wakeups bool
 	// DelayedTaskCheckInterval is how often delayed jobs and queue retries
 	// are moved to their queue (default 1 s without Wakeups, 3 s with: two
@@ -86,8 +86,9 @@ type Config struct {
 	// jobs (they go back to the queue) before anyone may judge it dead. A
 	// shorter TTL rescues sooner, but a Redis stall longer than TTL − TTL/3
 	// then kills every running job. Minimum 3 s; keep it at least the
-	// sandbox watchdog + interval + 1 s, so that a frozen worker's boxes
-	// end before its key can expire (the CLI checks watchdog + 2 s).
+	// sandbox watchdog + WatchdogMargin, so that a frozen worker's boxes
+	// end before its key can expire: New refuses a shorter one
+	// (ErrHeartbeatTTL).
 	HeartbeatTTL time.Duration
 	// HeartbeatInterval between beats (default 1 s, at most TTL/3).
 	HeartbeatInterval time.Duration
@@ -122,8 +123,13 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 	// IO carries jobs' agent I/O (*results.IO): live output, kept output,
 	// artifacts and input files by ref. Nil: none of it (inline files and
-	// stdin still work; a job needing the store fails with a note).
-	IO JobIO
+	// stdin still work; a job needing the store fails with a note), unless
+	// Build makes it over its JetStream with IOConfig.
+	IO       JobIO
+	IOConfig results.IOConfig
+	// Sandbox configures the sandbox runtime Build makes (its Owner is
+	// always ID). New, given its runtime, does not read it.
+	Sandbox sandbox.Config
 	// NoLiveOutput turns live output off (kept output still works).
 	NoLiveOutput bool
 	// OutputRate bounds, in bytes per second, what paddock-init reads of a
@@ -161,10 +167,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.ID == "" {
-		h, _ := os.Hostname()
-		c.ID = h + "-" + strconv.Itoa(os.Getpid())
-	}
+	c.ID = cmp.Or(c.ID, DefaultID())
 	c.Caps.Volumes = c.Volumes != nil
 	c.Caps = c.Caps.WithDefaults()
 	if c.Concurrency == 0 {
@@ -297,7 +300,9 @@ type Worker struct {
 
 // New returns a Worker over rdb (asynq and heartbeats), rt (the sandbox
 // runtime; the worker starts and stops it; nil and unused with
-// Config.NoopExecutor) and store (results).
+// Config.NoopExecutor) and store (results). Build makes rt, the agent I/O
+// and the wake-up subscription from the connections; use New for a
+// runtime of your own.
 func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -310,6 +315,11 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	}
 	if rt != nil && rt.Owner() != cfg.ID {
 		return nil, fmt.Errorf("%w: worker id %q differs from the sandbox owner %q", ErrConfig, cfg.ID, rt.Owner())
+	}
+	if rt != nil {
+		if err := CheckHeartbeatTTL(cfg.HeartbeatTTL, rt.Watchdog()); err != nil {
+			return nil, err
+		}
 	}
 	w := &Worker{rdb: rdb, rt: rt, store: store, runs: store, flags: store, cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		tr: cfg.TracerProvider.Tracer("github.com/paddockhq/paddock/worker")}

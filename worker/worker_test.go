@@ -57,21 +57,20 @@ func newStack(t *testing.T, mod func(*worker.Config)) *stack {
 	})
 }
 
-// newStackSandbox is newStack with the sandbox runtime's config changed
-// by smod too.
+// newStackSandbox is newStack with the sandbox runtime's config
+// (worker.Config.Sandbox) changed by smod too.
 func newStackSandbox(t *testing.T, mod func(*worker.Config), smod func(*sandbox.Config)) *stack {
-	return newStackFull(t, func(c *worker.Config, _ *redis.Client) {
+	return newStackRedis(t, func(c *worker.Config, _ *redis.Client) {
 		if mod != nil {
 			mod(c)
 		}
-	}, smod)
+		if smod != nil {
+			smod(&c.Sandbox)
+		}
+	})
 }
 
 func newStackRedis(t *testing.T, mod func(*worker.Config, *redis.Client)) *stack {
-	return newStackFull(t, mod, nil)
-}
-
-func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod func(*sandbox.Config)) *stack {
 	t.Helper()
 	d := testsvc.Docker(t)
 	testsvc.RequireImage(t, d, testsvc.TestImage)
@@ -91,11 +90,11 @@ func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod fu
 
 	caps := job.Caps{Images: []string{testsvc.TestImage}, DefaultMemoryMB: 64, DefaultPids: 32, DefaultTmpfsMB: 16}
 	owner := testsvc.Unique("w")
-	// Agent I/O is on, as in every real fleet: every job's output streams
-	// live through the tenant's output stream.
-	x, err := results.NewIO(js, results.IOConfig{})
-	require.NoError(t, err)
-	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second, IO: x}
+	// Agent I/O is on, as in every real fleet (worker.Build makes it over
+	// js): every job's output streams live through the tenant's output
+	// stream.
+	cfg := worker.Config{ID: owner, Caps: caps, Concurrency: 2, ShutdownTimeout: 5 * time.Second,
+		Sandbox: sandbox.Config{InitPath: initPath, PoolSize: 1}}
 	if mod != nil {
 		mod(&cfg, rdb)
 	}
@@ -116,13 +115,7 @@ func newStackFull(t *testing.T, mod func(*worker.Config, *redis.Client), smod fu
 	if wrapDocker != nil {
 		dc = wrapDocker(d)
 	}
-	scfg2 := sandbox.Config{Owner: owner, InitPath: initPath, PoolSize: 1}
-	if smod != nil {
-		smod(&scfg2)
-	}
-	rt, err := sandbox.New(dc, scfg2)
-	require.NoError(t, err)
-	w, err := worker.New(rdb, rt, store, cfg)
+	w, err := worker.Build(ctx, rdb, dc, js, store, cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	require.NoError(t, w.Start(ctx)) // idempotent

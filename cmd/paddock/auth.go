@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/tenant"
 )
@@ -46,7 +47,7 @@ func (g *globals) dataDirPath() string {
 	if g.dataDir != "" {
 		return g.dataDir
 	}
-	return defaultDataDir()
+	return devstack.DefaultDataDir()
 }
 
 // localCreds is name's credentials file in the local `paddock up`'s auth

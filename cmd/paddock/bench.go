@@ -46,7 +46,7 @@ func (b *benchFlags) check() error {
 
 // checkWorkerStart is checkStart for a worker, with its bench flags.
 func checkWorkerStart(g *globals, cf *capsFlags, wf *workerFlags) error {
-	return errors.Join(wf.bench.check(), checkStart(g, cf, &wf.heal))
+	return errors.Join(wf.bench.check(), checkStart(g, cf, wf))
 }
 
 // startProfile starts the CPU profile --cpu-profile asks for; stop ends it

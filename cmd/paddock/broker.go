@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -52,22 +48,12 @@ func (b *brokerFlags) check() error {
 	return nil
 }
 
-// secretSource is a broker.Secrets that can be read again.
-type secretSource interface {
-	broker.Secrets
-	Reload(ctx context.Context) error
-}
-
-// fleetBroker is this process's secrets broker: the policy in force (for
-// the scheduler's grant check) and, in a worker, the broker serving jobs.
-// A nil *fleetBroker is a fleet without a broker.
+// fleetBroker is this process's secrets broker (a broker.Holder over
+// --broker-policy, reloaded on SIGHUP). A nil *fleetBroker is a fleet
+// without a broker.
 type fleetBroker struct {
-	flags   brokerFlags
-	log     *slog.Logger
-	mu      sync.Mutex
-	policy  *broker.Policy
-	secrets secretSource
-	b       *broker.Broker
+	*broker.Holder
+	flags brokerFlags
 	// limiter holds the grants' rate buckets: on the fleet's Redis for a
 	// worker (shared by every worker), nil (in process) otherwise.
 	limiter broker.Limiter
@@ -83,67 +69,58 @@ func startBroker(ctx context.Context, bf *brokerFlags, serve bool, limiter broke
 	if bf.policy == "" {
 		return nil, nil
 	}
-	pol, err := broker.LoadPolicy(bf.policy)
+	h, err := broker.Load(bf.policy, log)
 	if err != nil {
 		return nil, fmt.Errorf("--broker-policy: %w", err)
 	}
-	f := &fleetBroker{flags: *bf, log: log.With("component", "broker"), policy: pol, limiter: limiter}
+	f := &fleetBroker{Holder: h, flags: *bf, limiter: limiter}
 	if serve {
 		if err := f.startServing(ctx, obs); err != nil {
 			return nil, err
 		}
 	}
-	f.log.Info("secrets broker policy loaded", "policy", bf.policy, "serving", serve, "secrets", len(pol.Secrets()))
+	log = log.With("component", "broker")
+	log.Info("secrets broker policy loaded", "policy", bf.policy, "serving", serve, "secrets", len(h.Policy().Secrets()))
 	// Registered before returning: a SIGHUP from now on reloads, never
 	// ends the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	go f.reloadOnHUP(ctx, hup)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if err := h.Reload(ctx); err != nil {
+				log.Error("broker reload failed; the previous policy and secrets stay in force", "err", err)
+				continue
+			}
+			log.Info("broker policy and secrets reloaded", "policy", bf.policy)
+		}
+	}()
 	return f, nil
 }
 
 func (f *fleetBroker) startServing(ctx context.Context, obs *observability) error {
+	cfg := broker.Config{Limiter: f.limiter,
+		Tracer: obs.provider.TracerProvider().Tracer(broker.TracerName), Meter: obs.provider.MeterProvider().Meter(broker.TracerName)}
 	var err error
-	switch {
-	case f.flags.secretsDir != "":
-		f.secrets, err = broker.NewDirSecrets(ctx, f.flags.secretsDir)
-	default:
-		// No source flag: the environment, with the documented prefix (a
-		// policy that names no secret reads nothing from it).
-		prefix := f.flags.secretsEnv
-		if prefix == "" {
-			prefix = "PADDOCK_SECRET_"
-		}
-		f.secrets, err = broker.NewEnvSecrets(ctx, prefix)
-	}
-	if err != nil {
-		return fmt.Errorf("broker secrets: %w", err)
-	}
-	var key ed25519.PrivateKey
 	if f.flags.signingKey != "" {
-		if key, err = broker.LoadSigningKey(f.flags.signingKey); err != nil {
+		if cfg.SigningKey, err = broker.LoadSigningKey(f.flags.signingKey); err != nil {
 			return fmt.Errorf("--broker-signing-key: %w", err)
 		}
 	}
-	hc, err := brokerHTTPClient(f.flags.caFile)
-	if err != nil {
+	if cfg.RootCAs, err = brokerRootCAs(f.flags.caFile); err != nil {
 		return err
 	}
-	f.b, err = broker.New(f.policy, f.secrets, broker.Config{Logger: f.log, SigningKey: key, HTTPClient: hc, Limiter: f.limiter,
-		Tracer: obs.provider.TracerProvider().Tracer(broker.TracerName), Meter: obs.provider.MeterProvider().Meter(broker.TracerName)})
-	if err != nil {
-		return err
-	}
-	if err := f.b.CheckSecrets(ctx); err != nil {
-		// Jobs using other grants still work: say it loudly, do not stop.
-		f.log.Error("secrets the broker policy names are missing; calls needing them will fail with rule secret", "err", err)
-	}
-	return nil
+	return f.Serve(ctx, broker.ServeConfig{SecretsDir: f.flags.secretsDir, SecretsEnvPrefix: f.flags.secretsEnv, Broker: cfg})
 }
 
-// brokerHTTPClient is the broker's client: nil (its default) without a CA
-// file, else one that trusts the system's CAs and the file's.
-func brokerHTTPClient(caFile string) (*http.Client, error) {
+// brokerRootCAs are the CAs the broker trusts: nil (the system's) without
+// a CA file, else the system's and the file's.
+func brokerRootCAs(caFile string) (*x509.CertPool, error) {
 	if caFile == "" {
 		return nil, nil
 	}
@@ -158,85 +135,22 @@ func brokerHTTPClient(caFile string) (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("--broker-ca-file %s: no PEM certificate in it", caFile)
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
-	t.MaxResponseHeaderBytes = 1 << 20
-	return &http.Client{Transport: t}, nil
-}
-
-// reloadOnHUP reads the secrets, then the policy, again on every SIGHUP; a
-// failed reload keeps what was in force.
-func (f *fleetBroker) reloadOnHUP(ctx context.Context, hup chan os.Signal) {
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		if err := f.reload(ctx); err != nil {
-			f.log.Error("broker reload failed; the previous policy and secrets stay in force", "err", err)
-			continue
-		}
-		f.log.Info("broker policy and secrets reloaded", "policy", f.flags.policy)
-	}
-}
-
-func (f *fleetBroker) reload(ctx context.Context) error {
-	if f.secrets != nil {
-		if err := f.secrets.Reload(ctx); err != nil {
-			return err
-		}
-	}
-	pol, err := broker.LoadPolicy(f.flags.policy)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	f.policy = pol
-	f.mu.Unlock()
-	if f.b != nil {
-		if err := f.b.SetPolicy(pol); err != nil {
-			return err
-		}
-		if err := f.b.CheckSecrets(ctx); err != nil {
-			f.log.Error("secrets the broker policy names are missing; calls needing them will fail with rule secret", "err", err)
-		}
-	}
-	return nil
-}
-
-// Check is the scheduler's grant check (scheduler.GrantChecker) against
-// the policy in force.
-func (f *fleetBroker) Check(tenant string, names []string) error {
-	f.mu.Lock()
-	p := f.policy
-	f.mu.Unlock()
-	return p.Check(tenant, names)
+	return pool, nil
 }
 
 // brokerServer serves jobs for the worker (worker.Broker).
-type brokerServer struct{ b *broker.Broker }
+type brokerServer struct{ h *broker.Holder }
 
 func (s brokerServer) Serve(ctx context.Context, ln net.Listener, j worker.BrokerJob) (*job.BrokerCalls, error) {
-	log := &broker.CallLog{Max: job.MaxBrokerCalls}
-	err := s.b.Serve(ctx, ln, broker.JobInfo{Tenant: j.Tenant, ID: j.ID, Grants: j.Grants, Deadline: j.Deadline, Calls: log})
-	calls := log.Calls()
-	out := &job.BrokerCalls{Calls: make([]job.BrokerCall, len(calls)), Dropped: log.Dropped()}
-	for i, c := range calls {
-		out.Calls[i] = job.BrokerCall{Start: c.Start.UTC(), Grant: c.Grant, Method: c.Method, Path: c.Path, QueryKeys: c.QueryKeys,
-			Status: c.Status, Rule: string(c.Rule), Error: c.Error, BytesIn: c.BytesIn, BytesOut: c.BytesOut,
-			Redacted: c.Redacted, DurationMS: c.DurationMS}
-	}
-	return out, err
+	return s.h.ServeJob(ctx, ln, broker.JobInfo{Tenant: j.Tenant, ID: j.ID, Grants: j.Grants, Deadline: j.Deadline})
 }
 
 // server is the worker's view of f: nil without a broker.
 func (f *fleetBroker) server() worker.Broker {
-	if f == nil || f.b == nil {
+	if f == nil || !f.Serving() {
 		return nil
 	}
-	return brokerServer{f.b}
+	return brokerServer{f.Holder}
 }
 
 // checker is the scheduler's view of f: nil without a broker.

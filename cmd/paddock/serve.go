@@ -4,32 +4,24 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
 	dockerclient "github.com/moby/moby/client"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/results"
 	"github.com/paddockhq/paddock/scheduler"
 	"github.com/paddockhq/paddock/telemetry"
+	"github.com/paddockhq/paddock/worker"
 )
-
-func defaultWorkerID() string {
-	h, _ := os.Hostname()
-	return h + "-" + strconv.Itoa(os.Getpid())
-}
 
 type schedFlags struct {
 	concurrency     int
@@ -126,7 +118,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	if err != nil {
 		return nil, err
 	}
-	p, err := startPresence(ctx, s.rdb, defaultWorkerID())
+	p, err := startPresence(ctx, s.rdb, worker.DefaultID())
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +295,7 @@ scheduler, a worker and the gateway (HTTP API and MCP on --gateway-addr, the dev
 tenant's bearer token in <data-dir>/auth/dev.token) until interrupted, and shuts
 down in order: stop the gateway and intake, drain running jobs, stop the
 services it started.`,
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf.heal) },
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf) },
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)
@@ -393,30 +385,25 @@ func (f *upFlags) volumes() error {
 // credentials (f.auth); the function it returns stops what it started.
 // A Redis URL without credentials gets the generated ones.
 func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), error) {
-	ns, err := ensureNATS(ctx, g, filepath.Join(f.dataDir, "nats"), f.auth)
-	if err != nil {
-		return nil, err
-	}
-	stopNATS := func() {
-		if ns != nil {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		}
-	}
-	if u, err := url.Parse(g.redisURL); err == nil && u.User == nil && g.auth.redisPasswordFile == "" && u.Scheme != "unix" {
-		addr, err := devstack.ParseAddr(g.redisURL, 6379)
+	if g.auth.redisPasswordFile == "" {
+		u, err := f.auth.WithRedisAuth(g.redisURL)
 		if err != nil {
-			stopNATS()
 			return nil, fmt.Errorf("--redis-url: %w", err)
 		}
-		g.redisURL = f.auth.RedisURL(addr)
+		g.redisURL = u
 	}
-	stopRedis, err := ensureRedis(ctx, g, filepath.Join(f.dataDir, "redis"), f.auth)
+	s, err := devstack.Ensure(ctx, devstack.EnsureConfig{NATSURL: g.natsURL, RedisURL: g.redisURL, DataDir: f.dataDir,
+		Auth: f.auth, Logger: g.logger, PingRedis: func(ctx context.Context) error {
+			rdb, err := connectRedis(ctx, g, g.redisURL)
+			if err == nil {
+				rdb.Close()
+			}
+			return err
+		}})
 	if err != nil {
-		stopNATS()
 		return nil, err
 	}
-	return func() { stopRedis(); stopNATS() }, nil
+	return s.Stop, nil
 }
 
 // startServices starts the worker, the scheduler and the control loops
@@ -461,67 +448,10 @@ func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Cl
 	return func() { stopControl(); sch.Stop(); w.Stop() }, nil
 }
 
-func defaultDataDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "paddock")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "paddock")
-	}
-	return filepath.Join(home, ".local", "state", "paddock")
-}
-
-// ensureNATS returns nil when a NATS server answers at --nats-url to the
-// admin credentials; otherwise it starts an embedded one with JetStream, in
-// operator mode with au's authority, on the URL's host:port.
-func ensureNATS(ctx context.Context, g *globals, storeDir string, au *devstack.Auth) (*server.Server, error) {
-	if nc, err := client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Creds: au.AdminCreds, Logger: g.logger,
-		Options: []nats.Option{nats.Timeout(time.Second), nats.NoReconnect()}}); err == nil {
-		nc.Close()
-		g.logger.Info("using NATS", "url", redact.URL(g.natsURL))
-		return nil, nil
-	}
-	addr, err := devstack.ParseAddr(g.natsURL, 4222)
-	if err != nil {
-		return nil, fmt.Errorf("--nats-url: %w", err)
-	}
-	return devstack.StartNATS(devstack.NATSConfig{Addr: addr, StoreDir: storeDir, Auth: au.Authority, Logger: g.logger})
-}
-
-// ensureRedis returns a no-op when Redis answers at --redis-url; otherwise
-// it starts a redis-server child on the URL's host:port, with au's
-// password.
-func ensureRedis(ctx context.Context, g *globals, dir string, au *devstack.Auth) (func(), error) {
-	url := g.redisURL
-	if rdb, err := connectRedis(ctx, g, url); err == nil {
-		rdb.Close()
-		g.logger.Info("using Redis", "url", redact.URL(url))
-		return func() {}, nil
-	}
-	addr, err := devstack.ParseAddr(url, 6379)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
-	}
-	ping := func(ctx context.Context) error {
-		rdb, err := connectRedis(ctx, g, url)
-		if err == nil {
-			rdb.Close()
-		}
-		return err
-	}
-	r, err := devstack.StartRedis(ctx, devstack.RedisConfig{Addr: addr, Dir: dir, Ping: ping, Logger: g.logger,
-		User: au.RedisUser, Password: au.RedisPassword})
-	if err != nil {
-		return nil, fmt.Errorf("no Redis at %s, and %w", redact.URL(url), err)
-	}
-	return r.Stop, nil
-}
-
 // dataDirHint is the --data-dir a client needs to find this stack's
 // credentials, when it is not the default.
 func dataDirHint(dir string) string {
-	if dir == defaultDataDir() || os.Getenv("PADDOCK_DATA_DIR") == dir {
+	if dir == devstack.DefaultDataDir() || os.Getenv("PADDOCK_DATA_DIR") == dir {
 		return ""
 	}
 	return " --data-dir " + dir

@@ -9,11 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
@@ -141,7 +139,7 @@ func (c *capsFlags) loadBroker(ctx context.Context, serve bool, limiter broker.L
 			return nil, err
 		}
 		c.fleetBrk = f
-	} else if serve && c.fleetBrk.b == nil {
+	} else if serve && !c.fleetBrk.Serving() {
 		c.fleetBrk.limiter = limiter
 		if err := c.fleetBrk.startServing(ctx, obs); err != nil {
 			return nil, err
@@ -229,16 +227,29 @@ func (c *capsFlags) validate() error {
 }
 
 // checkStart validates a service's flags before it connects to anything:
-// the caps, the service URLs and, for a worker, the heal flags.
-func checkStart(g *globals, cf *capsFlags, hf *healFlags) error {
+// the caps, the service URLs and, for a worker (wf), the heal flags and
+// the heartbeat TTL against the watchdog.
+func checkStart(g *globals, cf *capsFlags, wf *workerFlags) error {
 	errs := []error{cf.validate(), checkNATSURL(g.natsURL)}
 	if _, err := redisOptions(g.redisURL); err != nil {
 		errs = append(errs, err)
 	}
-	if hf != nil {
-		errs = append(errs, hf.check())
+	if wf != nil {
+		errs = append(errs, wf.heal.check(), wf.checkHeartbeatTTL(nil))
 	}
 	return errors.Join(errs...)
+}
+
+// checkHeartbeatTTL names the flags of a heartbeat TTL too short for the
+// watchdog (worker.CheckHeartbeatTTL, or err when it is that error).
+func (w *workerFlags) checkHeartbeatTTL(err error) error {
+	if err == nil {
+		err = worker.CheckHeartbeatTTL(w.heartbeatTTL, w.watchdog)
+	}
+	if errors.Is(err, worker.ErrHeartbeatTTL) {
+		return fmt.Errorf("--heartbeat-ttl %s must be at least --watchdog %s + %s: %w", w.heartbeatTTL, w.watchdog, worker.WatchdogMargin, err)
+	}
+	return err
 }
 
 // workerFlags configure a worker and its sandbox.
@@ -316,54 +327,33 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 }
 
 func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d *client.Client, store worker.Store, wf *workerFlags, cf *capsFlags, obs *observability, log *slog.Logger) (*worker.Worker, error) {
-	id := wf.id
-	if id == "" {
-		id = defaultWorkerID()
-	}
 	// The grants' rates hold for the whole fleet: their buckets are on
 	// Redis, shared by every worker (docs/broker.md, Rates).
 	fb, err := cf.loadBroker(ctx, true, broker.NewRedisLimiter(rdb, ""), obs, log)
 	if err != nil {
 		return nil, err
 	}
-	var rt *sandbox.Runtime // none with --noop-executor (bench.go)
-	if !wf.bench.noopExecutor {
-		rt, err = sandbox.New(d, sandbox.Config{Owner: id, InitPath: wf.initPath, Runtime: wf.runtime,
-			PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
-			RunDir: wf.runDir, Watchdog: wf.watchdog, Logger: log, BrokerSocket: fb.server() != nil,
-			CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares})
-		if err != nil {
-			return nil, err
-		}
-	}
 	cfg := worker.Config{
-		ID: id, Caps: cf.caps(), Concurrency: wf.concurrency, Intakes: wf.intakes, Queues: job.QueueWeights(cf.queues),
+		ID: wf.id, Caps: cf.caps(), Concurrency: wf.concurrency, Intakes: wf.intakes, Queues: job.QueueWeights(cf.queues),
 		TaskCheckInterval: wf.taskCheck, Wakeups: wf.wakeups, ShutdownTimeout: wf.shutdownTimeout, SkipSelfTest: wf.skipSelfTest, Logger: log,
 		StrictPriority: wf.strictPriority, Metrics: obs.metrics,
 		TracerProvider: obs.provider.TracerProvider(), MeterProvider: obs.provider.MeterProvider(),
 		NoLiveOutput: !wf.liveOutput, OutputRate: max(wf.outputRateMB<<20, -1),
 		Artifacts: worker.ArtifactCaps{MaxFiles: wf.artifacts.MaxFiles, MaxFileBytes: wf.maxArtifactMB << 20, MaxTotalBytes: 4 * wf.maxArtifactMB << 20},
-		Broker:    fb.server(), NoopExecutor: wf.bench.noopExecutor,
+		Broker:    fb.server(), NoopExecutor: wf.bench.noopExecutor, // no sandbox runtime with --noop-executor (bench.go)
 		HeartbeatTTL: wf.heartbeatTTL, RescueInterval: wf.rescueInterval,
-	}
-	if wf.watchdog+2*time.Second > wf.heartbeatTTL {
-		// A frozen worker's boxes must die (watchdog) before its key expires
-		// and its jobs are rescued: docs/reliability.md.
-		return nil, fmt.Errorf("--heartbeat-ttl %s must be at least --watchdog %s + 2 s, so that a frozen worker's sandboxes end before its jobs run elsewhere", wf.heartbeatTTL, wf.watchdog)
+		IOConfig: results.IOConfig{LiveRate: wf.liveRateKB << 10, MaxKeptBytes: wf.maxKeptMB << 20},
+		Sandbox: sandbox.Config{InitPath: wf.initPath, Runtime: wf.runtime,
+			PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
+			RunDir: wf.runDir, Watchdog: wf.watchdog,
+			CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares},
 	}
 	if wf.outputRateMB == 0 {
 		cfg.OutputRate = -1
 	}
-	x, err := results.NewIO(js, results.IOConfig{LiveRate: wf.liveRateKB << 10, MaxKeptBytes: wf.maxKeptMB << 20, Logger: log})
-	if err != nil {
+	if cfg.Healer, err = newHealer(rdb, &wf.heal, obs, log); err != nil {
 		return nil, err
 	}
-	cfg.IO = x
-	h, err := newHealer(rdb, &wf.heal, obs, log)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Healer = h
 	if wf.volumeRoot != "" {
 		leaser, err := locks.NewLeaser(rdb, locks.LeaseConfig{Logger: log})
 		if err != nil {
@@ -377,43 +367,9 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		cfg.VolumeQuota, cfg.VolumeMaxBytes = worker.VolumeQuota(wf.volumeQuota), wf.volumeMaxMB<<20
 		cfg.MaxVolumesPerTenant = wf.maxVolumes
 	}
-	var woken atomic.Pointer[worker.Worker]
-	cfg.Wakeups = wf.wakeups && subscribeWakeups(ctx, js.Conn(), &woken, log)
-	w, err := worker.New(rdb, rt, store, cfg)
+	w, err := worker.Build(ctx, rdb, d, js, store, cfg)
 	if err != nil {
-		return nil, err
+		return nil, wf.checkHeartbeatTTL(err)
 	}
-	woken.Store(w)
 	return w, nil
-}
-
-// subscribeWakeups feeds the scheduler's wake-ups (job.WakeSubject) to the
-// worker w holds once it is set, and reports whether it could subscribe.
-// The subscription lives as long as the connection. Credentials issued
-// before wake-ups existed do not allow it: the worker then polls as it did
-// before (--task-check-interval, default 100 ms), and says how to fix it.
-func subscribeWakeups(ctx context.Context, nc *nats.Conn, w *atomic.Pointer[worker.Worker], log *slog.Logger) bool {
-	subject := job.SubjectWakePrefix + ">"
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		if wk := w.Load(); wk != nil {
-			wk.Wake(strings.TrimPrefix(m.Subject, job.SubjectWakePrefix))
-		}
-	})
-	if err == nil {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = nc.FlushWithContext(fctx)
-		cancel()
-		if last := nc.LastError(); last != nil && strings.Contains(last.Error(), subject) {
-			err = last
-		}
-	}
-	if err != nil {
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
-		log.Warn("no wake-ups: this worker polls Redis every --task-check-interval instead (more Redis load, more latency); "+
-			"its NATS user may not subscribe to "+subject+": re-issue creds/worker.creds (delete it, run paddock auth init)", "err", err)
-		return false
-	}
-	return true
 }

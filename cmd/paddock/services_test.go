@@ -175,6 +175,27 @@ func TestBadCapsFlagsStopTheProcess(t *testing.T) {
 	}
 }
 
+// A heartbeat TTL that does not outlast the watchdog by
+// worker.WatchdogMargin stops a worker before it connects to anything.
+func TestHeartbeatTTLBelowTheWatchdogStopsTheWorker(t *testing.T) {
+	for _, cmd := range []string{"worker", "up"} {
+		t.Run(cmd, func(t *testing.T) {
+			s := tripServices(t)
+			code, out := runCLI(t, append([]string{cmd, "--watchdog", "7s", "--heartbeat-ttl", "8s"}, s.flags()...)...)
+			assert.Equal(t, exitFailure, code)
+			assert.Contains(t, out, "--heartbeat-ttl 8s must be at least --watchdog 7s + 2s")
+			assert.Zero(t, s.connections())
+		})
+	}
+	t.Run("control: the margin is enough", func(t *testing.T) {
+		s := tripServices(t)
+		code, out := runCLI(t, append([]string{"worker", "--watchdog", "6s", "--heartbeat-ttl", "8s"}, s.flags()...)...)
+		assert.Equal(t, exitFailure, code, "fails on a tripwire, past the flag checks")
+		assert.NotContains(t, out, "--heartbeat-ttl")
+		assert.NotZero(t, s.connections())
+	})
+}
+
 // An API key configured for a plain-http, non-loopback LLM endpoint stops
 // the worker before it connects to anything (or sends the key).
 func TestLLMKeyOverPlainHTTPStopsTheWorker(t *testing.T) {

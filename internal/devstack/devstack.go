@@ -5,7 +5,9 @@
 // operator mode and Redis requires a password, so that nothing on the
 // machine gets in without the credentials kept in the data directory. It is
 // for one machine; production runs NATS and Redis as services of their own
-// (deploy/).
+// (deploy/). Ensure is what `paddock up` calls: it uses the NATS and Redis
+// that answer at their URLs and starts the others, with the data under
+// DefaultDataDir unless told otherwise.
 package devstack
 
 import (

@@ -11,6 +11,10 @@
 // may run behind a load balancer (MCP's streamable HTTP sessions, the
 // per-address limit of failed credentials (guard.go) and the MCP session
 // cap excepted: they are per process; see docs/gateway.md).
+//
+// Listen (serve.go) runs a Gateway on a TCP address and shuts it down in
+// dependency order; NewStdio (stdio.go) builds one that serves a single
+// tenant over stdio.
 package gateway
 
 import (
@@ -125,8 +129,8 @@ type Config struct {
 
 	// Spans, optional, returns the spans of the traces of job id, of any
 	// tenant (GET /v1/jobs/{id}/trace keeps only the caller's, and answers
-	// only for a job the caller's list has); cmd reads the span file
-	// (telemetry.ReadSpans). Without it the trace endpoint answers 503.
+	// only for a job the caller's list has); cmd reads the span file's
+	// tail (telemetry.SpanTail). Without it the trace endpoint answers 503.
 	Spans func(ctx context.Context, jobID string) ([]Span, error)
 	// Fleet, optional, returns the fleet view of GET /v1/fleet as tenant
 	// may see it: what is its own (its jobs by queue, its reasons over

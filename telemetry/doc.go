@@ -8,7 +8,8 @@
 //     OTEL_* environment, always attaches a Prometheus reader served by
 //     [Provider.MetricsHandler], and optionally appends every span to a local
 //     JSONL file ([Config.SpanFile]) that [ReadSpans] and [RenderTree] turn
-//     into the tree `paddock trace ID` prints.
+//     into the tree `paddock trace ID` prints; [SpanTail] reads one job's
+//     traces from the file's bounded tail, for the dashboard's trace view.
 //   - [InjectNATS]/[ExtractNATS] and [InjectMap]/[ExtractMap] move W3C trace
 //     context through NATS message headers and asynq task headers;
 //     [TraceParent] gives the value to hand a container as TRACEPARENT.

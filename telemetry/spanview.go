@@ -90,10 +90,7 @@ func scanSpans(path string, match func([]byte) bool, fn func(*SpanRecord)) error
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 && match(line) {
-			var r SpanRecord
-			dec := json.NewDecoder(bytes.NewReader(line))
-			dec.UseNumber()
-			if dec.Decode(&r) == nil && r.TraceID != "" {
+			if r, ok := decodeSpan(line); ok {
 				fn(&r)
 			}
 		}

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -63,35 +60,16 @@ func (f *gatewayFlags) config() (gateway.Config, error) {
 		HealMode: job.HealMode(f.heal), AnswerChars: f.answer, SessionIdleTTL: f.sessionIdle, SessionMaxBytes: f.sessionMaxBytes,
 		AuthFailRate: f.failRate, AuthFailBurst: f.failBurst, MaxMCPSessions: f.maxMCP, MaxNamedSessions: f.maxNamed,
 		InsecureCookies: f.insecureCookies}
-	for _, p := range f.trustedProxies {
-		pfx, err := netip.ParsePrefix(p)
-		if err != nil {
-			a, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return cfg, fmt.Errorf("--gateway-trusted-proxies: %q is neither an address nor a CIDR", p)
-			}
-			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-		}
-		cfg.TrustedProxies = append(cfg.TrustedProxies, pfx.Masked())
+	var err error
+	if cfg.TrustedProxies, err = gateway.ParseTrustedProxies(f.trustedProxies); err != nil {
+		return cfg, fmt.Errorf("--gateway-trusted-proxies: %w", err)
 	}
-	if f.insecureCookies && f.addr != "off" && !loopbackAddr(f.addr) {
+	// gateway.Listen checks this too; here it is said in the flags' words,
+	// before anything is dialed.
+	if f.insecureCookies && f.addr != "off" && !gateway.LoopbackAddr(f.addr) {
 		return cfg, fmt.Errorf("--gateway-insecure-cookies: the gateway listens on %s, not on loopback: serve it over TLS (or behind a TLS proxy in --gateway-trusted-proxies) and leave the cookies Secure", f.addr)
 	}
 	return cfg, nil
-}
-
-// loopbackAddr reports whether a listen address host:port is on loopback
-// only (an empty host listens everywhere).
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }
 
 func gatewayCmd(g *globals) *cobra.Command {
@@ -148,94 +126,58 @@ func startGateway(ctx context.Context, g *globals, f *gatewayFlags, creds string
 	if err != nil {
 		return nil, "", err
 	}
-	gw, pool, err := newGateway(ctx, g, f, nc, log)
-	if err != nil {
-		nc.Close()
-		return nil, "", err
-	}
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		pool.Close()
-		nc.Close()
-		return nil, "", fmt.Errorf("--gateway-addr %s: %w", f.addr, err)
-	}
-	srv := gateway.NewServer(f.addr, gw.Handler())
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("gateway stopped serving", "err", err)
+	cfg, err := gatewayConfig(ctx, g, f, nc, log)
+	if err == nil {
+		var run *gateway.Running
+		if run, err = gateway.Listen(ctx, cfg); err == nil {
+			// The gateway first (gateway.Running.Stop), then the service
+			// connection its tokens, registry and sessions are read through.
+			return func() { run.Stop(); nc.Close() }, run.URL(), nil
 		}
-	}()
-	// Shutdown order: stop taking requests (with a grace for those in
-	// flight) while the MCP sessions, which live in this process only, end
-	// and delete their workspaces (their event streams would hold Shutdown
-	// otherwise); then stop the session sweeper, close the tenants'
-	// connections, then the gateway's own.
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = srv.Shutdown(sctx)
-		}()
-		if err := gw.CloseSessions(sctx); err != nil {
-			log.Warn("gateway: MCP sessions not all ended; the sweeper deletes their workspaces later", "err", err)
-		}
-		<-done
-		gw.Stop()
-		pool.Close()
-		nc.Close()
-	}, "http://" + ln.Addr().String(), nil
+	}
+	nc.Close()
+	return nil, "", err
 }
 
-// newGateway builds the gateway on the service connection nc: tokens and
-// the registry read as the gateway, sessions in their KV bucket, tenants
-// reached through users the gateway's key signs in each tenant's account
-// (named by its registry record).
-func newGateway(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn, log *slog.Logger) (*gateway.Gateway, *gateway.Pool, error) {
+// gatewayConfig is the gateway's ServeConfig on the service connection
+// nc: tokens and the registry read as the gateway, sessions in their KV
+// bucket, tenants reached through users the gateway's key signs in each
+// tenant's account (named by its registry record).
+func gatewayConfig(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Conn, log *slog.Logger) (gateway.ServeConfig, error) {
+	sc := gateway.ServeConfig{Addr: f.addr}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, nil, err
+		return sc, err
 	}
 	reg, err := tenant.NewRegistry(ctx, js)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tenant registry: %w", err)
+		return sc, fmt.Errorf("tenant registry: %w", err)
 	}
 	minter, err := tenant.LoadMinter(reg.Accounts(), f.signingKey, tenant.MinterConfig{TTL: f.mintTTL})
 	if err != nil {
-		return nil, nil, fmt.Errorf("gateway signing key: %w", err)
+		return sc, fmt.Errorf("gateway signing key: %w", err)
 	}
 	toks, err := tenant.NewTokens(ctx, js, reg)
 	if err != nil {
-		return nil, nil, err
+		return sc, err
 	}
-	sessions, err := gateway.NewKVSessions(ctx, js)
-	if err != nil {
-		return nil, nil, err
+	if sc.Gateway, err = f.config(); err != nil {
+		return sc, err
 	}
-	pool := gateway.NewPool(func(ctx context.Context, t string) (*nats.Conn, error) {
+	if sc.Gateway.Sessions, err = gateway.NewKVSessions(ctx, js); err != nil {
+		return sc, err
+	}
+	sc.Gateway.Auth, sc.Gateway.Logger = tokenAuth(toks), log
+	sc.Dial = func(ctx context.Context, t string) (*nats.Conn, error) {
 		return client.Connect(ctx, client.ConnectConfig{URL: g.natsURL, Name: "paddock-gateway:" + t, Tenant: t,
 			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
 			Options: []nats.Option{minter.Option(t)}})
-	}, client.Config{Logger: log})
-	cfg, err := f.config()
-	if err != nil {
-		return nil, nil, err
 	}
-	cfg.Auth, cfg.Clients, cfg.Sessions, cfg.Logger = tokenAuth(toks), pool, sessions, log
-	dashboardHooks(ctx, g, js, &cfg, log) // dashboard.go: traces and the fleet view
-	gw, err := gateway.New(cfg)
-	if err == nil {
-		err = gw.Start(ctx)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return gw, pool, nil
+	return sc, dashboardHooks(ctx, g, js, &sc.Gateway, log) // dashboard.go: traces and the fleet view
 }
 
-// tokenAuth authenticates bearer tokens with the token store.
+// tokenAuth authenticates bearer tokens with the token store. It is
+// wiring: the gateway may import only client and job, tenant only job.
 func tokenAuth(toks *tenant.Tokens) gateway.Authenticator {
 	return gateway.AuthFunc(func(ctx context.Context, bearer string) (gateway.Identity, error) {
 		t, err := toks.Verify(ctx, bearer)
@@ -280,12 +222,7 @@ docs/gateway.md.`,
 				return err
 			}
 			cfg.Logger = g.logger
-			cfg.Auth = gateway.AuthFunc(func(context.Context, string) (gateway.Identity, error) {
-				return gateway.Identity{}, fmt.Errorf("%w: stdio has no tokens", gateway.ErrUnauthorized)
-			})
-			cfg.Clients = oneClient{tenant: tn, c: c}
-			cfg.Sessions = gateway.NewMemSessions()
-			gw, err := gateway.New(cfg)
+			gw, err := gateway.NewStdio(tn, c, cfg)
 			if err != nil {
 				return err
 			}
@@ -298,19 +235,6 @@ docs/gateway.md.`,
 		_ = cmd.Flags().MarkHidden(name)
 	}
 	return cmd
-}
-
-// oneClient is the Clients of `paddock mcp`: the CLI's own tenant only.
-type oneClient struct {
-	tenant string
-	c      *client.Client
-}
-
-func (o oneClient) Client(_ context.Context, t string) (*client.Client, error) {
-	if t != o.tenant {
-		return nil, fmt.Errorf("gateway: this server acts as tenant %s only", o.tenant)
-	}
-	return o.c, nil
 }
 
 // startUpGateway runs `paddock up`'s gateway, unless --gateway-addr is
@@ -336,7 +260,7 @@ func startUpGateway(ctx context.Context, g *globals, f *upFlags, log *slog.Logge
 	// paddock up's gateway is the local stack's, on plain HTTP: on a
 	// loopback address it says so, and the dashboard's cookie goes without
 	// Secure (a browser would not send it back over http://127.0.0.1).
-	if loopbackAddr(f.gf.addr) {
+	if gateway.LoopbackAddr(f.gf.addr) {
 		f.gf.insecureCookies = true
 	}
 	stop, url, err := startGateway(ctx, g, &f.gf, f.auth.GatewayCreds, log)

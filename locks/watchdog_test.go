@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/locks"
 )
 
@@ -71,16 +72,14 @@ func (c *faultyClient) do(ctx context.Context, call func() *redis.Cmd) *redis.Cm
 // no timing bound is needed).
 func watchUntilLost(t *testing.T, s *setup, l *locks.Lease, owner string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !closed(l.Lost()) {
+	// Polled every 2 ms: each round must read Redis, then Lost.
+	testsvc.Eventually(t, within, 2*time.Millisecond, func() bool {
 		if s.leaseOwner(t, l.Resource()) != owner {
 			require.True(t, closed(l.Lost()), "the lease key is gone but Lost has not fired: reported held past the ttl")
-			return
+			return true
 		}
-		require.False(t, time.Now().After(deadline), "Lost did not fire within %s", within)
-		// sleep: the poll interval; each round must read Redis, then Lost.
-		time.Sleep(2 * time.Millisecond)
-	}
+		return closed(l.Lost())
+	}, "Lost did not fire")
 }
 
 func TestLeaseRefreshKeepsItAlive(t *testing.T) {

@@ -132,7 +132,8 @@ func TestNeighbours(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(2 * time.Second) // the span file's batch timeout is 1 s
+	// sleep: past the span file's 1 s batch timeout; the file gives no flush signal.
+	time.Sleep(2 * time.Second)
 	var res map[string]any
 	variants := map[string]any{}
 	for i, v := range vs {
@@ -242,7 +243,8 @@ func (n *neighbours) phase(t *testing.T, kind string, runs int) (neighbourPhase,
 	var s samples
 	all := 0
 	for range runs {
-		time.Sleep(rand.N(25 * time.Millisecond)) // a random point of the poll cycle
+		// sleep: starts each probe at a random point of the poll cycle (a pacing, not a wait).
+		time.Sleep(rand.N(25 * time.Millisecond))
 		if running != nil && running() {
 			all++
 		}
@@ -356,7 +358,7 @@ func (n *neighbours) startChaos(t *testing.T) (running func() bool, stop func())
 		return true
 	}
 	n.f.waitFor(2*time.Minute, "every chaos job running", running)
-	return running, func() { cancel(); wg.Wait(); time.Sleep(time.Second) }
+	return running, func() { cancel(); wg.Wait(); n.f.waitWarm(2, n.owner) }
 }
 
 // keepChaos submits c again each time it ends until ctx ends, then

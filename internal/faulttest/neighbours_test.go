@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,8 +133,12 @@ func TestNeighbours(t *testing.T) {
 			}
 		}
 	}
-	// sleep: past the span file's 1 s batch timeout; the file gives no flush signal.
-	time.Sleep(2 * time.Second)
+	// The workers flush their span files on exit: stop them.
+	for _, v := range vs {
+		v.n.w.signal(syscall.SIGTERM)
+		_, ok := v.n.w.wait(30 * time.Second)
+		require.True(t, ok, "a worker did not stop on SIGTERM")
+	}
 	var res map[string]any
 	variants := map[string]any{}
 	for i, v := range vs {
@@ -206,13 +211,14 @@ func newNeighbours(t *testing.T, extra []string) *neighbours {
 		r := f.result(f.submit(job.Spec{Command: "echo hi"}), time.Minute)
 		require.Equal(t, job.ReasonOK, r.Reason, "warm-up: %+v", r)
 	}
-	return &neighbours{f: f, owner: w.id, args: args, spans: spans, chaos: chaosSpecs(),
+	return &neighbours{f: f, w: w, owner: w.id, args: args, spans: spans, chaos: chaosSpecs(),
 		stats: map[string]*chaosStat{}, kindOf: map[string]string{}}
 }
 
 // neighbours runs the scenario's phases on one fleet.
 type neighbours struct {
 	f     *fleet
+	w     *proc // the worker
 	owner string
 	args  []string // the worker's flags
 	spans string   // the worker's span file

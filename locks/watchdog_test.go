@@ -91,16 +91,23 @@ func TestLeaseRefreshKeepsItAlive(t *testing.T) {
 	require.NoError(t, err)
 	owner := s.leaseOwner(t, "r")
 
-	// Hold for several ttls: only the watchdog keeps the key alive.
+	// Hold for several ttls: only the watchdog keeps the key alive. The
+	// witness is the refreshes themselves, seen as the key's expiry moving
+	// forward: 8 of them, every ttl/3, span well past the ttl.
 	key, _ := s.leaser.KeysForTest("r")
-	// sleep: 2.5 ttls must pass for the refreshes under test; the key is checked every 20 ms.
-	for end := time.Now().Add(5 * ttl / 2); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	refreshes, last := 0, ttl
+	testsvc.Eventually(t, 20*ttl, 20*time.Millisecond, func() bool {
 		require.Equal(t, owner, s.leaseOwner(t, "r"))
 		require.False(t, closed(l.Lost()))
 		pttl, err := s.rdb.PTTL(ctx, key).Result()
 		require.NoError(t, err)
 		assert.LessOrEqual(t, pttl, ttl)
-	}
+		if pttl > last {
+			refreshes++
+		}
+		last = pttl
+		return refreshes >= 8
+	}, "8 refreshes of the watchdog (the key's expiry moving forward)")
 	require.NoError(t, l.Release(ctx))
 	assert.Empty(t, s.leaseOwner(t, "r"))
 	assert.Nil(t, l.Err())

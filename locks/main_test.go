@@ -99,14 +99,7 @@ func (s *setup) leaseOwner(tb testing.TB, resource string) string {
 // (generous) deadline passes.
 func eventually(tb testing.TB, within time.Duration, cond func() bool, msg string) {
 	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("not within %s: %s", within, msg)
-		}
-		// sleep: the poll interval of this deadline-bounded poll helper.
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.Eventually(tb, within, 5*time.Millisecond, cond, "%s", msg)
 }
 
 func closed(ch <-chan struct{}) bool {

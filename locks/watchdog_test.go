@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/locks"
 )
 
@@ -71,16 +72,14 @@ func (c *faultyClient) do(ctx context.Context, call func() *redis.Cmd) *redis.Cm
 // no timing bound is needed).
 func watchUntilLost(t *testing.T, s *setup, l *locks.Lease, owner string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !closed(l.Lost()) {
+	// Polled every 2 ms: each round must read Redis, then Lost.
+	testsvc.Eventually(t, within, 2*time.Millisecond, func() bool {
 		if s.leaseOwner(t, l.Resource()) != owner {
 			require.True(t, closed(l.Lost()), "the lease key is gone but Lost has not fired: reported held past the ttl")
-			return
+			return true
 		}
-		require.False(t, time.Now().After(deadline), "Lost did not fire within %s", within)
-		// sleep: the poll interval; each round must read Redis, then Lost.
-		time.Sleep(2 * time.Millisecond)
-	}
+		return closed(l.Lost())
+	}, "Lost did not fire")
 }
 
 func TestLeaseRefreshKeepsItAlive(t *testing.T) {
@@ -92,16 +91,23 @@ func TestLeaseRefreshKeepsItAlive(t *testing.T) {
 	require.NoError(t, err)
 	owner := s.leaseOwner(t, "r")
 
-	// Hold for several ttls: only the watchdog keeps the key alive.
+	// Hold for several ttls: only the watchdog keeps the key alive. The
+	// witness is the refreshes themselves, seen as the key's expiry moving
+	// forward: 8 of them, every ttl/3, span well past the ttl.
 	key, _ := s.leaser.KeysForTest("r")
-	// sleep: 2.5 ttls must pass for the refreshes under test; the key is checked every 20 ms.
-	for end := time.Now().Add(5 * ttl / 2); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	refreshes, last := 0, ttl
+	testsvc.Eventually(t, 20*ttl, 20*time.Millisecond, func() bool {
 		require.Equal(t, owner, s.leaseOwner(t, "r"))
 		require.False(t, closed(l.Lost()))
 		pttl, err := s.rdb.PTTL(ctx, key).Result()
 		require.NoError(t, err)
 		assert.LessOrEqual(t, pttl, ttl)
-	}
+		if pttl > last {
+			refreshes++
+		}
+		last = pttl
+		return refreshes >= 8
+	}, "8 refreshes of the watchdog (the key's expiry moving forward)")
 	require.NoError(t, l.Release(ctx))
 	assert.Empty(t, s.leaseOwner(t, "r"))
 	assert.Nil(t, l.Err())

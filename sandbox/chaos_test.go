@@ -88,6 +88,7 @@ func newChaos(t *testing.T, mod func(*Config)) *chaos {
 		d, err := c.control()
 		require.NoError(t, err)
 		lat = append(lat, d)
+		// sleep: spaces the quiet samples as the loaded ones are spaced (a pacing, not a wait).
 		time.Sleep(controlEvery)
 	}
 	c.quiet = median(lat)

@@ -51,19 +51,12 @@ func newSetup(t *testing.T, mod func(*Config)) *setup {
 
 func requireNoContainers(t *testing.T, d *client.Client, owner string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testsvc.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		list, err := d.ContainerList(context.Background(), client.ContainerListOptions{
 			All: true, Filters: make(client.Filters).Add("label", LabelOwner+"="+owner)})
 		require.NoError(t, err)
-		if len(list.Items) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers of owner %s survived", len(list.Items), owner)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(list.Items) == 0
+	}, "containers of owner %s survived", owner)
 }
 
 var small = Profile{Image: testsvc.TestImage, MemoryMB: 64, Pids: 32, CPUs: 0.5, TmpfsMB: 16}
@@ -246,8 +239,13 @@ func TestCancelDestroysContainer(t *testing.T) {
 	s := newSetup(t, nil)
 	sess := s.session(small)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
-	out, err := sess.Run(ctx, Command{Script: "sleep 100", Timeout: time.Minute})
+	// Canceled once the command has shown it runs.
+	out, err := sess.Run(ctx, Command{Script: "echo running; sleep 100", Timeout: time.Minute,
+		OnOutput: func(st Stream, b []byte) {
+			if st == Stdout && strings.Contains(string(b), "running") {
+				cancel()
+			}
+		}})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, ReasonCanceled, out.Reason)
 	_, err = sess.Run(context.Background(), Command{Script: "echo again"})

@@ -11,6 +11,8 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/internal/testsvc"
 )
 
 func TestWeightConfig(t *testing.T) {
@@ -136,9 +138,19 @@ func TestShortCommandKeepsWeight(t *testing.T) {
 		longest = max(longest, time.Since(t0))
 		require.Equal(t, ReasonOK, out.Reason)
 	}
-	// A demotion the last command started would be due by now: nothing
-	// to poll for, so wait it out.
-	time.Sleep(after + 500*time.Millisecond)
+	// The witness: a command started after all of those, in a box of its
+	// own, runs on until its demotion comes. Any demotion one of them had
+	// left pending was due before it, so it had its chance.
+	witness := s.session(small)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_, _ = witness.Run(ctx, Command{Script: "sleep 100", Timeout: time.Minute})
+	}()
+	testsvc.Eventually(t, time.Minute, 10*time.Millisecond, witness.b.demoted.Load, "the witness box was never demoted")
+	cancel()
+	<-ran
 	if longest >= after {
 		t.Skipf("an `echo ok` took %s, past DemoteAfter: the host is too loaded for this test", longest)
 	}

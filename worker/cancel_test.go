@@ -115,8 +115,12 @@ func TestCancel(t *testing.T) {
 		// The worker confirms the container is gone before recording.
 		_, err = s.docker.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
 		assert.True(t, cerrdefs.IsNotFound(err), "container %s still exists: %v", cid, err)
-		// Never run again: the task ends done, not retried into a second run.
-		time.Sleep(2 * time.Second)
+		// Never run again. asynq hands a task whose context it canceled
+		// back for a retry (here some 20 s later); that retry must find the
+		// result and complete without a run. Once asynq holds the task
+		// completed, nothing runs it again: the witness that it had its
+		// chance.
+		waitTaskState(t, insp, running, asynq.TaskStateCompleted)
 		again, err := s.store.Get(ctx, job.Key("", running))
 		require.NoError(t, err)
 		assert.Equal(t, 1, again.Runs)
@@ -176,6 +180,7 @@ type slowRemove struct {
 }
 
 func (s slowRemove) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	// sleep: the injected fault is the latency itself (an engine that does not heed ctx).
 	time.Sleep(s.delay)
 	return s.DockerClient.ContainerRemove(ctx, id, o)
 }

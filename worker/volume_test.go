@@ -153,6 +153,7 @@ type slowCreate struct {
 }
 
 func (s slowCreate) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	// sleep: the injected fault is the latency itself (an engine that does not heed ctx).
 	time.Sleep(s.delay)
 	return s.DockerClient.ContainerCreate(ctx, o)
 }
@@ -188,6 +189,7 @@ func (s onMountedCreate) ContainerCreate(ctx context.Context, o client.Container
 	for _, m := range o.HostConfig.Mounts {
 		if m.Target == sandbox.WorkspaceDir {
 			s.f()
+			// sleep: the injected fault is the latency itself (an engine that does not heed ctx).
 			time.Sleep(s.delay)
 		}
 	}

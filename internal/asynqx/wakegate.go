@@ -55,8 +55,10 @@ type Gate struct {
 	once   sync.Once
 
 	// Counters (tests): dequeues sent to Redis, answered by the gate, and
-	// waits that a wake-up and the backstop ended.
+	// waits that a wake-up and the backstop ended; waiting is the number
+	// of dequeues waiting at the gate now.
 	sent, answered, woken, backstops int
+	waiting                          int
 }
 
 // gateQueue is one queue's state at the gate.
@@ -130,6 +132,7 @@ func (g *Gate) enter(ctx context.Context, queue string) (ask bool, wakes uint64)
 			wait = min(wait, left)
 		}
 		ch := g.ch
+		g.waiting++
 		g.mu.Unlock()
 		t := time.NewTimer(wait)
 		var n *int
@@ -143,6 +146,7 @@ func (g *Gate) enter(ctx context.Context, queue string) (ask bool, wakes uint64)
 		}
 		t.Stop()
 		g.mu.Lock()
+		g.waiting--
 		if n != nil {
 			*n++
 		}

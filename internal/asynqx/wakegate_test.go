@@ -7,16 +7,24 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/internal/testsvc"
 )
 
+// gated is an asynq server whose dequeues wait at a gate, on a real Redis.
+type gated struct {
+	g       *Gate
+	c       *asynq.Client
+	rdb     *redis.Client
+	handled *atomic.Int64 // tasks handled
+}
+
 // gatedServer starts an asynq server over a gatedClient on a real Redis,
-// with a backstop so long that only a wake-up can make it ask Redis again,
-// and returns the gate and the count of tasks handled.
-func gatedServer(t *testing.T, queues ...string) (*Gate, *asynq.Client, *atomic.Int64) {
+// with a backstop so long that only a wake-up can make it ask Redis again.
+func gatedServer(t *testing.T, queues ...string) gated {
 	t.Helper()
 	rdb := testsvc.StartRedis(t).Client()
 	t.Cleanup(func() { rdb.Close() })
@@ -36,12 +44,11 @@ func gatedServer(t *testing.T, queues ...string) (*Gate, *asynq.Client, *atomic.
 		g.Close()
 		srv.Shutdown() // returns only because close ended the wait at the gate
 	})
-	c := asynq.NewClientFromRedisClient(rdb)
-	return g, c, &handled
+	return gated{g: g, c: asynq.NewClientFromRedisClient(rdb), rdb: rdb, handled: &handled}
 }
 
 // waitIdle waits until the gate holds the processor: every queue was asked
-// once and found empty, and a wait began.
+// and found empty, and a wait began.
 func waitIdle(t *testing.T, g *Gate) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -52,7 +59,7 @@ func waitIdle(t *testing.T, g *Gate) {
 				return false
 			}
 		}
-		return true
+		return g.waiting > 0
 	}, 10*time.Second, 5*time.Millisecond)
 }
 
@@ -60,25 +67,33 @@ func waitIdle(t *testing.T, g *Gate) {
 // what dequeueQueue recognizes (an asynq upgrade): the gate would see no
 // dequeue, and the worker would poll Redis every GatedRoundGap.
 func TestWakeGateSeesDequeues(t *testing.T) {
-	g, _, _ := gatedServer(t, "critical", "default", "low")
-	waitIdle(t, g)
-	sent, _, _, _ := g.stats()
+	s := gatedServer(t, "critical", "default", "low")
+	waitIdle(t, s.g)
+	sent, _, _, _ := s.g.stats()
 	assert.GreaterOrEqual(t, sent, 3, "each queue was asked once before the gate knew it empty")
 }
 
-// TestWakeGateHoldsIdleWorker: an idle processor asks Redis nothing while
-// every queue is known empty, and a job enqueued without a wake-up waits
-// (for the backstop, an hour here).
+// TestWakeGateHoldsIdleWorker: an idle processor asks Redis nothing for a
+// queue known empty, and a job enqueued there without a wake-up waits (for
+// the backstop, an hour here). The witness that it had its chance: a job
+// on another queue, with its wake-up, after it. The processor takes that
+// one and makes a whole round of the queues before it waits again; a
+// dequeue of default in that round that reached Redis would have taken
+// the first job.
 func TestWakeGateHoldsIdleWorker(t *testing.T) {
-	g, c, handled := gatedServer(t, "critical", "default", "low")
-	waitIdle(t, g)
-	sent0, _, _, _ := g.stats()
-	_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("default"))
+	s := gatedServer(t, "critical", "default", "low")
+	waitIdle(t, s.g)
+	_, err := s.c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("default"))
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // 150 asynq rounds without the gate
-	sent, _, _, _ := g.stats()
-	assert.Equal(t, sent0, sent, "no dequeue reached Redis while every queue was known empty")
-	assert.Zero(t, handled.Load(), "the job was taken without a wake-up")
+	_, err = s.c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("critical"))
+	require.NoError(t, err)
+	s.g.Wake("critical")
+	require.Eventually(t, func() bool { return s.handled.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	waitIdle(t, s.g) // the round after the witness job ended at the gate
+	assert.Equal(t, int64(1), s.handled.Load(), "the job was taken without a wake-up")
+	pending, err := s.rdb.LLen(context.Background(), "asynq:{default}:pending").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), pending, "no dequeue of default reached Redis while it was known empty")
 }
 
 // TestWakeGateWakeUp: a wake-up of one queue lets the processor through
@@ -86,7 +101,8 @@ func TestWakeGateHoldsIdleWorker(t *testing.T) {
 // it asks Redis for, and the job runs; a wake-up of a queue the worker does
 // not serve changes nothing.
 func TestWakeGateWakeUp(t *testing.T) {
-	g, c, handled := gatedServer(t, "critical", "default", "low")
+	s := gatedServer(t, "critical", "default", "low")
+	g, c, handled := s.g, s.c, s.handled
 	waitIdle(t, g)
 	g.Wake("elsewhere")
 	_, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue("low"))
@@ -123,11 +139,21 @@ func TestWakeGateWakeDuringDequeue(t *testing.T) {
 	g.leave("q", n+1, false)
 	done := make(chan bool)
 	go func() { a, _ := g.enter(context.Background(), "q"); done <- a }()
-	select {
-	case <-done:
-		t.Fatal("a known-empty queue was asked without a wake-up")
-	case <-time.After(100 * time.Millisecond):
-	}
+	// The dequeue either waits at the gate (the witness: it is counted
+	// waiting) or, wrongly, passes it at once.
+	var passed atomic.Bool
+	require.Eventually(t, func() bool {
+		select {
+		case <-done:
+			passed.Store(true)
+			return true
+		default:
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.waiting == 1
+	}, 10*time.Second, time.Millisecond)
+	require.False(t, passed.Load(), "a known-empty queue was asked without a wake-up")
 	g.Close()
 	assert.True(t, <-done, "close lets a waiting dequeue through")
 }

@@ -324,6 +324,7 @@ func measureControlPlane(t *testing.T, f *fleet, cfg cpConfig, pids map[string]i
 		mu      sync.Mutex
 		states  = map[string]job.Result{}
 		counted atomic.Int64
+		ended   = make(chan struct{}, 1) // a result was counted
 	)
 	tenant := f.client.Tenant()
 	sub, err := f.nc.Subscribe(job.ResultSubjects(tenant), func(m *nats.Msg) {
@@ -335,6 +336,10 @@ func measureControlPlane(t *testing.T, f *fleet, cfg cpConfig, pids map[string]i
 		mu.Lock()
 		if _, seen := states[id]; !seen {
 			counted.Add(1)
+			select {
+			case ended <- struct{}{}:
+			default: // the submitter has a signal pending already
+			}
 		}
 		states[id] = r
 		mu.Unlock()
@@ -346,7 +351,8 @@ func measureControlPlane(t *testing.T, f *fleet, cfg cpConfig, pids map[string]i
 
 	ctx, stop := context.WithCancel(context.Background())
 	ids := make(chan []string, 1)
-	go func() { ids <- cpSubmit(ctx, t, f, cfg, &counted) }()
+	go func() { ids <- cpSubmit(ctx, t, f, cfg, &counted, ended) }()
+	// sleep: the warm-up, then the measurement window (time is what is measured over).
 	time.Sleep(cfg.warmup)
 	before := f.cpCounters(t, &counted, pids)
 	time.Sleep(cfg.window)
@@ -374,13 +380,17 @@ func measureControlPlane(t *testing.T, f *fleet, cfg cpConfig, pids map[string]i
 }
 
 // cpSubmit submits chunks of jobs while fewer than cfg.backlog are
-// outstanding, until ctx ends, and returns the ids it submitted.
-func cpSubmit(ctx context.Context, t *testing.T, f *fleet, cfg cpConfig, ended *atomic.Int64) []string {
+// outstanding, until ctx ends, and returns the ids it submitted. At the
+// backlog it waits for a signal on progress (a result counted in ended).
+func cpSubmit(ctx context.Context, t *testing.T, f *fleet, cfg cpConfig, ended *atomic.Int64, progress <-chan struct{}) []string {
 	var ids []string
 	base := ended.Load()
 	for ctx.Err() == nil {
 		if int64(len(ids))-(ended.Load()-base) >= int64(cfg.backlog) {
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-progress:
+			case <-ctx.Done():
+			}
 			continue
 		}
 		specs := make([]job.Spec, cfg.chunk)

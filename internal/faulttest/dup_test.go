@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,6 +48,7 @@ func TestDuplicateSubmissionsRunOnce(t *testing.T) {
 	dups := 0
 	for i := range 100 {
 		wg.Go(func() {
+			// sleep: spreads the submissions over 6 s, past the 1 s dedupe window (the test's design).
 			time.Sleep(rand.N(6 * time.Second))
 			sub, err := clients[i%len(clients)].Submit(ctx, job.Spec{ID: id, Command: "sleep 1; echo once"})
 			assert.NoError(t, err)
@@ -62,7 +64,21 @@ func TestDuplicateSubmissionsRunOnce(t *testing.T) {
 	assert.Equal(t, job.StateSucceeded, r.State, r.Error)
 	assert.Equal(t, "once\n", r.Stdout.Text)
 	assert.Equal(t, 1, r.Runs)
-	time.Sleep(3 * time.Second) // give a wrong second run the chance to start
+	// The witness that a wrong second run had its chance: every submission
+	// was handled by a scheduler (none pending or unacked on the jobs
+	// stream) and the queue holds nothing that could still run.
+	js, err := jetstream.New(f.nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctx, job.JobsStream(f.client.Tenant()), job.ConsumerSchedulers)
+	require.NoError(t, err)
+	f.waitFor(time.Minute, "every submission handled and an empty queue", func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		q, err := f.insp.GetQueueInfo(job.DefaultQueue)
+		require.NoError(t, err)
+		return info.NumPending == 0 && info.NumAckPending == 0 &&
+			q.Active == 0 && q.Pending == 0 && q.Retry == 0 && q.Scheduled == 0
+	})
 	assert.Equal(t, 1, f.runs(id), "the job ran more than once")
 	t.Logf("100 submissions: %d de-duplicated by JetStream, %d by the claim/result/task id layers", dups, 99-dups)
 }

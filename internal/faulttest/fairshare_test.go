@@ -150,6 +150,7 @@ func measureFair(t *testing.T, slots string, backlog int) fairRow {
 		for range n {
 			r := probe(t, cs["b"])
 			ms = append(ms, float64(r.FinishedAt.Sub(r.SubmittedAt).Microseconds())/1000)
+			// sleep: spaces the probes, so each meets the backlog anew (a pacing, not a wait).
 			time.Sleep(300 * time.Millisecond)
 		}
 		slices.Sort(ms)
@@ -158,7 +159,8 @@ func measureFair(t *testing.T, slots string, backlog int) fairRow {
 	probe(t, cs["b"]) // warm up
 	idle := latency(5)
 	flood(t, cs["a"], backlog, "sleep 0.5")
-	time.Sleep(3 * time.Second) // a's backlog fills what the scheduler admits
+	// a's backlog fills what the scheduler admits: the worker's 4 slots.
+	f.waitFor(time.Minute, "a's jobs in every slot of the worker", func() bool { return f.cpDepth(t).QueueActive >= 4 })
 	before, t0 := f.processed(), time.Now()
 	loaded := latency(5)
 	aRate := float64(f.processed()-before) / time.Since(t0).Seconds()

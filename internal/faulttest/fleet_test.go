@@ -16,6 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/hibiken/asynq"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -316,17 +317,40 @@ func (f *fleet) containers(owner string) []string {
 	return ids
 }
 
+// containerStates lists the containers of owner, running or not, with
+// their state; an engine that cannot answer fails the test.
+func (f *fleet) containerStates(owner string) []container.Summary {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := f.docker.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", sandbox.LabelOwner+"="+owner)})
+	require.NoError(f.t, err, "list containers of %s (the leak check cannot see the engine)", owner)
+	return list.Items
+}
+
+// waitWarm waits until each worker's warm pool is full and nothing else
+// of it is left: exactly pool containers, all running (the boxes of the
+// jobs that ended are removed). Measurements start from there.
+func (f *fleet) waitWarm(pool int, owners ...string) {
+	f.t.Helper()
+	for _, owner := range owners {
+		f.waitFor(time.Minute, owner+"'s full warm pool", func() bool {
+			list := f.containerStates(owner)
+			for _, c := range list {
+				if c.State != container.StateRunning {
+					return false
+				}
+			}
+			return len(list) == pool
+		})
+	}
+}
+
 // waitFor polls cond every 50 ms until it holds, failing the test after
 // timeout (a liveness deadline, not a performance assertion).
 func (f *fleet) waitFor(timeout time.Duration, what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsvc.Eventually(f.t, timeout, 50*time.Millisecond, cond, "waiting for %s", what)
 }
 
 // submit submits spec and returns its id; the submission is acked.

@@ -98,10 +98,11 @@ func measureIdle(t *testing.T, flags []string, runs int) idleRow {
 		id := f.submit(job.Spec{Command: "echo hi"})
 		f.result(id, time.Minute)
 	}
-	time.Sleep(3 * time.Second)
+	f.waitWarm(2, w.id)
 	before, err := f.rdb.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	t0 := time.Now()
+	// sleep: the measurement window of the idle fleet's Redis commands.
 	time.Sleep(10 * time.Second)
 	after, err := f.rdb.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
@@ -120,6 +121,7 @@ func measureIdle(t *testing.T, flags []string, runs int) idleRow {
 	lat := make([]time.Duration, 0, runs)
 	timeline := make([]jobTimeline, 0, runs)
 	for range runs {
+		// sleep: idle 1-2 s before each probe, the case being measured.
 		time.Sleep(time.Second + rand.N(time.Second))
 		start := time.Now()
 		id := f.submit(job.Spec{Command: "echo hi"})

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,7 +133,12 @@ func TestNeighbours(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(2 * time.Second) // the span file's batch timeout is 1 s
+	// The workers flush their span files on exit: stop them.
+	for _, v := range vs {
+		v.n.w.signal(syscall.SIGTERM)
+		_, ok := v.n.w.wait(30 * time.Second)
+		require.True(t, ok, "a worker did not stop on SIGTERM")
+	}
 	var res map[string]any
 	variants := map[string]any{}
 	for i, v := range vs {
@@ -205,13 +211,14 @@ func newNeighbours(t *testing.T, extra []string) *neighbours {
 		r := f.result(f.submit(job.Spec{Command: "echo hi"}), time.Minute)
 		require.Equal(t, job.ReasonOK, r.Reason, "warm-up: %+v", r)
 	}
-	return &neighbours{f: f, owner: w.id, args: args, spans: spans, chaos: chaosSpecs(),
+	return &neighbours{f: f, w: w, owner: w.id, args: args, spans: spans, chaos: chaosSpecs(),
 		stats: map[string]*chaosStat{}, kindOf: map[string]string{}}
 }
 
 // neighbours runs the scenario's phases on one fleet.
 type neighbours struct {
 	f     *fleet
+	w     *proc // the worker
 	owner string
 	args  []string // the worker's flags
 	spans string   // the worker's span file
@@ -242,7 +249,8 @@ func (n *neighbours) phase(t *testing.T, kind string, runs int) (neighbourPhase,
 	var s samples
 	all := 0
 	for range runs {
-		time.Sleep(rand.N(25 * time.Millisecond)) // a random point of the poll cycle
+		// sleep: starts each probe at a random point of the poll cycle (a pacing, not a wait).
+		time.Sleep(rand.N(25 * time.Millisecond))
 		if running != nil && running() {
 			all++
 		}
@@ -356,7 +364,7 @@ func (n *neighbours) startChaos(t *testing.T) (running func() bool, stop func())
 		return true
 	}
 	n.f.waitFor(2*time.Minute, "every chaos job running", running)
-	return running, func() { cancel(); wg.Wait(); time.Sleep(time.Second) }
+	return running, func() { cancel(); wg.Wait(); n.f.waitWarm(2, n.owner) }
 }
 
 // keepChaos submits c again each time it ends until ctx ends, then

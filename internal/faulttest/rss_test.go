@@ -160,7 +160,7 @@ func TestWorkerRSS(t *testing.T) {
 	// Warm up: the image's first container, the buckets, the live stream.
 	r := f.result(f.submit(job.Spec{Command: "echo hi"}), 2*time.Minute)
 	require.Equal(t, job.ReasonOK, r.Reason, "warm-up: %+v", r)
-	time.Sleep(2 * time.Second)
+	f.waitWarm(2, w.id)
 
 	var rows []rssScenario
 	for _, keep := range []bool{false, true} {

@@ -30,8 +30,9 @@ func TestScaleWorkers(t *testing.T) {
 			f := newFleet(t)
 			f.scheduler("s1")
 			f.scheduler("s2")
+			owners := make([]string, workers)
 			for i := range workers {
-				f.worker(fmt.Sprintf("w%d", i+1), "--pool-size", "2")
+				owners[i] = f.worker(fmt.Sprintf("w%d", i+1), "--pool-size", "2").id
 			}
 			// Warm-up: one job per worker slot.
 			warm := make([]job.Spec, 2*workers)
@@ -39,7 +40,7 @@ func TestScaleWorkers(t *testing.T) {
 				warm[i] = job.Spec{Command: "true"}
 			}
 			f.checkAllOK(f.submitAll(warm, time.Minute), 2*time.Minute)
-			time.Sleep(2 * time.Second)
+			f.waitWarm(2, owners...)
 			specs := make([]job.Spec, n)
 			for i := range specs {
 				specs[i] = job.Spec{Command: "true"}

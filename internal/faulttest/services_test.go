@@ -1,8 +1,10 @@
 package faulttest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +33,7 @@ func (f *fleet) submitAll(specs []job.Spec, deadline time.Duration) []string {
 				break
 			}
 			require.NoError(f.t, ctx.Err(), "submission %s never acked: %v", s.ID, err)
+			// sleep: the back-off of a retried submission while a service is down.
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
@@ -86,7 +89,22 @@ func TestRedisRestartMidRun(t *testing.T) {
 	done := make(chan []string)
 	go func() { done <- f.submitAll(specs("redis-b", 24, "sleep 0.5; echo b%d"), 2*time.Minute) }()
 	f.redis.Restart()
-	time.Sleep(2 * time.Second)
+	// The second crash comes once the fleet works again after the first:
+	// a result recorded since (or every first job done).
+	stored := func() int {
+		n := 0
+		for _, id := range first {
+			if _, err := f.store.Get(context.Background(), job.Key("", id)); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	n0 := stored()
+	f.waitFor(time.Minute, "a result recorded after the first crash", func() bool {
+		n := stored()
+		return n > n0 || n == len(first)
+	})
 	f.redis.Restart()
 	ids := append(first, <-done...)
 	runs := f.checkAllOK(ids, 4*time.Minute)
@@ -133,7 +151,12 @@ func TestNATSOutageDuringResults(t *testing.T) {
 		_, err := f.store.Get(context.Background(), job.Key("", ids[2]))
 		return err == nil
 	})
-	time.Sleep(15 * time.Second) // past the publish timeout of the first ones
+	// The witness that the first publishes timed out: the worker says so.
+	f.waitFor(time.Minute, "a result the worker stored but could not publish", func() bool {
+		b, err := os.ReadFile(w1.log)
+		require.NoError(t, err)
+		return bytes.Contains(b, []byte("result stored but not published"))
+	})
 	w1.signal(syscall.SIGKILL)
 	f.nats.Restart()
 	f.worker("w2")

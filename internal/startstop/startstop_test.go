@@ -44,12 +44,27 @@ func (c *counter) loop(ctx context.Context) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
+	require.Eventually(t, cond, 5*time.Second, time.Millisecond)
+}
+
+// watched wraps loop so that the test can see it return: exited is closed
+// once loop has returned, and loop is the only caller of its passes.
+func watched(loop func(context.Context)) (wrapped func(context.Context), exited <-chan struct{}) {
+	ch := make(chan struct{})
+	return func(ctx context.Context) {
+		defer close(ch)
+		loop(ctx)
+	}, ch
+}
+
+// requireExited fails unless the loop has returned: after that no pass can
+// come, so nothing needs waiting for to show that none does.
+func requireExited(t *testing.T, exited <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-exited:
+	default:
+		t.Fatal("Stop returned while the loop still ran: a pass could follow")
 	}
 }
 
@@ -191,49 +206,54 @@ func TestNowAndEvery(t *testing.T) {
 	t.Parallel()
 	var s Service
 	var passes atomic.Int64
+	// With an hour's interval and a Stop at once, the pass made at the
+	// start is the only one (Stop waits for the loop, so it has come).
 	require.NoError(t, s.Start(context.Background(), NowAndEvery(time.Hour, func(context.Context) { passes.Add(1) })))
-	waitFor(t, func() bool { return passes.Load() == 1 })
 	s.Stop()
 	assert.Equal(t, int64(1), passes.Load(), "one pass at once, the next only after the interval")
 
 	passes.Store(0)
-	require.NoError(t, s.Start(context.Background(), NowAndEvery(time.Millisecond, func(context.Context) { passes.Add(1) })))
+	loop, exited := watched(NowAndEvery(time.Millisecond, func(context.Context) { passes.Add(1) }))
+	require.NoError(t, s.Start(context.Background(), loop))
 	waitFor(t, func() bool { return passes.Load() >= 5 })
 	s.Stop()
-	n := passes.Load()
-	time.Sleep(10 * time.Millisecond)
-	assert.Equal(t, n, passes.Load(), "no pass after Stop returned")
+	requireExited(t, exited)
 }
 
 func TestEvery(t *testing.T) {
 	t.Parallel()
 	var s Service
 	var passes atomic.Int64
+	// The same start and Stop as in TestNowAndEvery, where it gives one
+	// pass: a loop that made a pass at its start would have made it here.
 	require.NoError(t, s.Start(context.Background(), Every(time.Hour, func(context.Context) { passes.Add(1) })))
-	time.Sleep(20 * time.Millisecond)
 	s.Stop()
 	assert.Zero(t, passes.Load(), "the first pass comes one interval after the start")
 
-	require.NoError(t, s.Start(context.Background(), Every(time.Millisecond, func(context.Context) { passes.Add(1) })))
+	loop, exited := watched(Every(time.Millisecond, func(context.Context) { passes.Add(1) }))
+	require.NoError(t, s.Start(context.Background(), loop))
 	waitFor(t, func() bool { return passes.Load() >= 5 })
 	s.Stop()
-	n := passes.Load()
-	time.Sleep(10 * time.Millisecond)
-	assert.Equal(t, n, passes.Load(), "no pass after Stop returned")
+	requireExited(t, exited)
 }
 
 func TestStopWaitsForPassInProgress(t *testing.T) {
 	t.Parallel()
 	var s Service
-	in := make(chan struct{})
+	in, cancelled, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var finished atomic.Bool
 	require.NoError(t, s.Start(context.Background(), NowAndEvery(time.Hour, func(ctx context.Context) {
 		close(in)
 		<-ctx.Done()
-		time.Sleep(20 * time.Millisecond) // cleanup after cancellation
+		close(cancelled)
+		<-release // cleanup after cancellation that needs another goroutine
 		finished.Store(true)
 	})))
 	<-in
+	go func() {
+		<-cancelled // Stop has begun: it cancelled the pass
+		close(release)
+	}()
 	s.Stop()
 	assert.True(t, finished.Load(), "Stop returned before the pass in progress ended")
 }

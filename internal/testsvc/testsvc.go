@@ -2,7 +2,8 @@
 // redis-server child on a private unix socket, an embedded NATS server with
 // JetStream on a random loopback port, and the local Docker engine. Each
 // helper isolates the test, registers t.Cleanup, and fails with a hint when
-// the service is missing: the suite never skips silently.
+// the service is missing: the suite never skips silently. Eventually is the
+// one poll-with-a-deadline the tests share, for what has no signal to wait on.
 package testsvc
 
 import (

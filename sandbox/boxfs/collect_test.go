@@ -182,7 +182,7 @@ func TestCollectChangedWhileRead(t *testing.T) {
 			require.NoError(t, os.WriteFile(rewrite, []byte(strings.Repeat("R", 64<<10)), 0o644))
 			require.NoError(t, os.Chtimes(rewrite, time.Now(), time.Now().Add(time.Hour)))
 		}
-		_, err = io.Copy(io.Discard, slowly{rd})
+		_, err = io.Copy(io.Discard, rd)
 		if f.Path == "still.log" {
 			require.NoError(t, err)
 			got = append(got, f.Path)
@@ -203,40 +203,31 @@ func TestCollectChangedWhileRead(t *testing.T) {
 }
 
 // A file growing all the time, by a writer of its own, while emit reads
-// slowly.
+// it: the writer appends a line after each read of emit's, and emit reads
+// on only once it has, so the file grows under every read.
 func TestCollectGrowingFile(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	p := writeFile(t, s.root, "live.log", strings.Repeat("x", 1<<16))
-	stop, started := make(chan struct{}), make(chan struct{})
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	read, wrote := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			close(started)
-			return
-		}
-		defer f.Close()
-		for i := 0; ; i++ {
-			_, _ = f.WriteString("line\n")
-			if i == 0 {
-				close(started)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Microsecond):
-			}
+		for range read {
+			_, err := f.WriteString("line\n")
+			assert.NoError(t, err)
+			wrote <- struct{}{}
 		}
 	}()
-	<-started
 	var emitErr error
 	refused, st, err := s.r.Collect([]string{"live.log"}, boxfs.Limits{}, func(f boxfs.File, rd io.Reader) error {
-		_, emitErr = io.Copy(io.Discard, slowly{rd})
+		_, emitErr = io.Copy(io.Discard, lockstep{rd, read, wrote})
 		return emitErr
 	})
-	close(stop)
+	close(read)
 	<-done
 	require.NoError(t, err)
 	assert.ErrorIs(t, emitErr, boxfs.ErrChanged)
@@ -244,12 +235,18 @@ func TestCollectGrowingFile(t *testing.T) {
 	assert.Zero(t, st.Files)
 }
 
-// slowly reads in small steps, with a pause.
-type slowly struct{ r io.Reader }
+// lockstep reads in small steps and, after each, has the writer append
+// (read) and waits until it has (wrote).
+type lockstep struct {
+	r           io.Reader
+	read, wrote chan struct{}
+}
 
-func (s slowly) Read(p []byte) (int, error) {
-	time.Sleep(200 * time.Microsecond)
-	return s.r.Read(p[:min(len(p), 1024)])
+func (s lockstep) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p[:min(len(p), 1024)])
+	s.read <- struct{}{}
+	<-s.wrote
+	return n, err
 }
 
 func appendTo(t *testing.T, p, s string) {

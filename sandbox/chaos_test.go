@@ -87,9 +87,7 @@ func newChaos(t *testing.T, mod func(*Config)) *chaos {
 	for range 5 {
 		d, err := c.control()
 		require.NoError(t, err)
-		lat = append(lat, d)
-		// sleep: spaces the quiet samples as the loaded ones are spaced (a pacing, not a wait).
-		time.Sleep(controlEvery)
+		lat = append(lat, d) // back to back: the quiet latency is only logged, beside the loaded one
 	}
 	c.quiet = median(lat)
 	return c

@@ -1,6 +1,6 @@
--- BeginRunAs (store.go): count one more start of a job, unless the task
+-- BeginRunAs (runs.go): count one more start of a job, unless the task
 -- starting it no longer carries the job (a rescuer re-enqueued it under
--- another task id: worker/rescue.go), and note the run in the worker's
+-- another task id: internal/asynqx/rescue.go), and note the run in the worker's
 -- active set, in one atomic step.
 -- KEYS[1] runs:<key>  KEYS[2] task:<key>  KEYS[3] active:<worker>  KEYS[4] active (the set of workers with one)
 -- ARGV[1] task id  ARGV[2] job key  ARGV[3] retention ms  ARGV[4] queue ('' with no worker: no active entry)

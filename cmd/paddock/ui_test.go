@@ -168,7 +168,10 @@ func (b *browser) testCancel(dev *uiAPI) {
 	dev.submit("ui-cancel", "sleep 60")
 	b.hash("#/jobs/ui-cancel")
 	b.waitText("#job-state", "running", time.Minute)
-	b.run(chromedp.WaitVisible(chromedp.ID("cancel")), chromedp.Click(chromedp.ID("cancel")))
+	// Clicked by script: the page re-renders the job as it changes, and a
+	// node id from WaitVisible can be gone by the time a Click uses it.
+	b.run(chromedp.WaitVisible(chromedp.ID("cancel")))
+	require.True(b.t, eval[bool](b, `(() => { const c = document.getElementById("cancel"); if (c) c.click(); return !!c })()`), "the Cancel button is there")
 	b.waitText("#job-state", "canceled", time.Minute)
 	assert.Contains(b.t, dev.get("/v1/jobs/ui-cancel"), `"state":"canceled"`)
 }

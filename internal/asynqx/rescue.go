@@ -90,7 +90,8 @@ type RescuerConfig struct {
 	Interval time.Duration
 	// Logger, default slog.Default(); logs with component=rescuer.
 	Logger *slog.Logger
-	// OnRescue is called with each task id enqueued (tests, metrics).
+	// OnRescue is called with each rescue task id enqueued (tests, metrics);
+	// not again for a run an earlier pass enqueued already.
 	OnRescue func(taskID string)
 }
 
@@ -203,20 +204,27 @@ func (r *Rescuer) rescue(ctx context.Context, w, key, val string) (string, error
 	if claimed == 0 {
 		return "", nil
 	}
-	if err := r.enqueue(ctx, info, newID, queue); err != nil {
+	created, err := r.enqueue(ctx, info, newID, queue)
+	if err != nil {
 		return "", fmt.Errorf("asynqx: enqueue rescue %s of dead worker %s: %w", newID, w, err)
 	}
-	r.log.InfoContext(ctx, "rescued a dead worker's job", "job", key, "dead_worker", w, "run", run, "task", newID)
-	if r.cfg.OnRescue != nil {
-		r.cfg.OnRescue(newID)
+	if created {
+		r.log.InfoContext(ctx, "rescued a dead worker's job", "job", key, "dead_worker", w, "run", run, "task", newID)
+		if r.cfg.OnRescue != nil {
+			r.cfg.OnRescue(newID)
+		}
 	}
-	return newID, r.rdb.HDel(ctx, active, key).Err()
+	// The claim's last write: it runs even when Stop canceled the pass, or
+	// the next pass would find the entry and claim the run again.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return newID, r.rdb.HDel(dctx, active, key).Err()
 }
 
 // enqueue puts the rescue task newID, a copy of info's task with one try
 // fewer, in queue. A task with that id already there is another rescuer's
-// (or an earlier pass's) copy: that is success.
-func (r *Rescuer) enqueue(ctx context.Context, info *asynq.TaskInfo, newID, queue string) error {
+// (or an earlier pass's) copy: that is success, with created false.
+func (r *Rescuer) enqueue(ctx context.Context, info *asynq.TaskInfo, newID, queue string) (created bool, err error) {
 	opts := []asynq.Option{asynq.TaskID(newID), asynq.Queue(queue), asynq.MaxRetry(info.MaxRetry - 1)} // each rescue uses a try
 	if info.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(info.Timeout))
@@ -224,9 +232,9 @@ func (r *Rescuer) enqueue(ctx context.Context, info *asynq.TaskInfo, newID, queu
 	if info.Retention > 0 {
 		opts = append(opts, asynq.Retention(info.Retention))
 	}
-	_, err := r.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(job.TaskType, info.Payload, info.Headers), opts...)
+	_, err = r.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(job.TaskType, info.Payload, info.Headers), opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }

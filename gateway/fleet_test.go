@@ -104,7 +104,7 @@ func newFleet(t *testing.T, mod func(*Config)) *fleet {
 
 	owner := testsvc.Unique("gw")
 	w, err := worker.Build(ctx, rdb, d, js, store, worker.Config{ID: owner, Caps: caps, Concurrency: 2,
-		ShutdownTimeout: 5 * time.Second, Volumes: guard, Sandbox: sandbox.Config{InitPath: initPath, PoolSize: 1}})
+		ShutdownTimeout: 5 * time.Second, Volumes: worker.LockGuard(guard), Sandbox: sandbox.Config{InitPath: initPath, PoolSize: 1}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)

@@ -79,7 +79,7 @@ func Build(ctx context.Context, rdb redis.UniversalClient, docker sandbox.Docker
 		if err != nil {
 			return nil, err
 		}
-		cfg.IO = x
+		cfg.IO = ResultsIO(x)
 	}
 	var woken atomic.Pointer[Worker]
 	var sub *nats.Subscription

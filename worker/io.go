@@ -22,12 +22,43 @@ import (
 // JobIO is where a job's agent I/O goes (*results.IO): its live output,
 // its kept output and artifacts, and its input files by reference, each in
 // the job's tenant's own stream or bucket.
+// *results.IO satisfies it through ResultsIO; a test can fake every part.
 type JobIO interface {
-	Live(tenant, id string, run int) *results.Live
-	Keep(ctx context.Context, tenant, name string) *results.Keeper
+	Live(tenant, id string, run int) LiveOutput
+	Keep(ctx context.Context, tenant, name string) KeptOutput
 	Input(ctx context.Context, tenant, ref string) (io.ReadCloser, int64, error)
 	Put(ctx context.Context, tenant, name string, r io.Reader) (job.Object, error)
 	Delete(ctx context.Context, tenant, name string) error
+}
+
+// LiveOutput is one run's live output (*results.Live): Write never blocks
+// the command, Close ends the stream with the job's reason.
+type LiveOutput interface {
+	Write(stream int, p []byte)
+	Close(reason job.Reason)
+}
+
+// KeptOutput is one stream's complete output being kept (*results.Keeper):
+// Close stores it and says what was stored.
+type KeptOutput interface {
+	io.Writer
+	Close() job.Object
+}
+
+// ResultsIO is x as a JobIO (nil stays nil).
+func ResultsIO(x *results.IO) JobIO {
+	if x == nil {
+		return nil
+	}
+	return resultsIO{x}
+}
+
+type resultsIO struct{ *results.IO }
+
+func (r resultsIO) Live(tenant, id string, run int) LiveOutput { return r.IO.Live(tenant, id, run) }
+
+func (r resultsIO) Keep(ctx context.Context, tenant, name string) KeptOutput {
+	return r.IO.Keep(ctx, tenant, name)
 }
 
 // ArtifactCaps bound what one job's artifacts may take. A zero field takes
@@ -63,7 +94,7 @@ type runIO struct {
 	x      JobIO
 	tenant string
 	id     string
-	live   *results.Live
+	live   LiveOutput
 	keep   bool
 	stdin  []byte
 	rate   int64
@@ -90,7 +121,7 @@ func (rio *runIO) command(ctx context.Context, c *sandbox.Command, hc healer.Com
 	if !hc.Install {
 		c.Stdin = rio.stdin
 	}
-	var keepers [2]*results.Keeper
+	var keepers [2]KeptOutput
 	if rio.keep && rio.x != nil && !hc.Install {
 		keepers[0] = rio.x.Keep(ctx, rio.tenant, job.StdoutObject(rio.id))
 		keepers[1] = rio.x.Keep(ctx, rio.tenant, job.StderrObject(rio.id))

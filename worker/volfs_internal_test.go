@@ -73,7 +73,7 @@ func TestVolumeFSMountRace(t *testing.T) {
 type staticRoot string
 
 func (r staticRoot) Root() string { return string(r) }
-func (staticRoot) Acquire(context.Context, string, locks.Mode) (*locks.Held, error) {
+func (staticRoot) Acquire(context.Context, string, locks.Mode) (Lease, error) {
 	return nil, errors.New("unused")
 }
 

@@ -219,7 +219,7 @@ func TestVolumeQuotaUnavailable(t *testing.T) {
 		require.NoError(t, err)
 		g, err := locks.NewGuard(leaser, locks.GuardConfig{Root: root, Wait: time.Minute})
 		require.NoError(t, err)
-		c.Volumes = g
+		c.Volumes = worker.LockGuard(g)
 	})
 	r := s.run(job.Spec{Command: "echo x > /workspace/x", Volume: quotaVol("nofs")})
 	assert.Equal(t, job.ReasonRejected, r.Reason, r.Error)

@@ -17,9 +17,41 @@ import (
 	"github.com/paddockhq/paddock/sandbox"
 )
 
-// VolumeGuard takes a shared volume for a job (locks.Guard).
+// VolumeGuard takes a shared volume for a job (*locks.Guard, through
+// LockGuard). A guard that also has Root() string names the volume root
+// (the quota filesystem mounts there).
 type VolumeGuard interface {
-	Acquire(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error)
+	Acquire(ctx context.Context, name string, mode locks.Mode) (Lease, error)
+}
+
+// Lease is a volume held for one job (*locks.Held): its directory and
+// fencing token, how long it was waited for, and Lost, closed when the
+// lease is lost (Err says why).
+type Lease interface {
+	Dir() string
+	FencingToken() int64
+	Waited() time.Duration
+	Lost() <-chan struct{}
+	Err() error
+	Release() error
+}
+
+// LockGuard is g as a VolumeGuard (nil stays nil).
+func LockGuard(g *locks.Guard) VolumeGuard {
+	if g == nil {
+		return nil
+	}
+	return lockGuard{g}
+}
+
+type lockGuard struct{ *locks.Guard }
+
+func (g lockGuard) Acquire(ctx context.Context, name string, mode locks.Mode) (Lease, error) {
+	held, err := g.Guard.Acquire(ctx, name, mode)
+	if held == nil {
+		return nil, err
+	}
+	return held, err
 }
 
 // errLeaseLost is the cancel cause when a job's volume lease is lost.
@@ -185,7 +217,7 @@ func (w *Worker) mountVolume(ctx context.Context, r *jobRun, name string, mode l
 
 // lockVolume waits for the volume's lease and lock; a retryable failure
 // becomes a retryable *sandbox.InfraError, for the queue to retry.
-func (w *Worker) lockVolume(ctx context.Context, name string, mode locks.Mode) (*locks.Held, error) {
+func (w *Worker) lockVolume(ctx context.Context, name string, mode locks.Mode) (Lease, error) {
 	lctx, lspan := w.tr.Start(ctx, "paddock.lock.wait", trace.WithAttributes(
 		attribute.String(job.AttrVolume, name), attribute.String(job.AttrVolumeMode, mode.String())))
 	held, err := w.cfg.Volumes.Acquire(lctx, name, mode)
@@ -203,7 +235,7 @@ func (w *Worker) lockVolume(ctx context.Context, name string, mode locks.Mode) (
 
 // watchLease returns a context that is canceled with errLeaseLost when
 // held's lease is lost, which kills the job; stop(nil) ends the watch.
-func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held *locks.Held, name string) (_ context.Context, stop context.CancelCauseFunc) {
+func (w *Worker) watchLease(ctx context.Context, log *slog.Logger, held Lease, name string) (_ context.Context, stop context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {

@@ -68,7 +68,7 @@ func volumeStackRoot(t *testing.T, ttl time.Duration, q worker.VolumeQuota, root
 		require.NoError(t, err)
 		g, err := locks.NewGuard(leaser, locks.GuardConfig{Root: root, LeaseTTL: ttl, Wait: time.Minute})
 		require.NoError(t, err)
-		c.Volumes = g
+		c.Volumes = worker.LockGuard(g)
 	})
 	return s, root
 }

@@ -363,7 +363,7 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		if err != nil {
 			return nil, fmt.Errorf("--volume-root: %w", err)
 		}
-		cfg.Volumes = g
+		cfg.Volumes = worker.LockGuard(g)
 		cfg.VolumeQuota, cfg.VolumeMaxBytes = worker.VolumeQuota(wf.volumeQuota), wf.volumeMaxMB<<20
 		cfg.MaxVolumesPerTenant = wf.maxVolumes
 	}

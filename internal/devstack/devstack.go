@@ -208,13 +208,18 @@ func redisACL(cfg RedisConfig) ([]string, error) {
 			return nil, fmt.Errorf("devstack: the Redis %s must not hold spaces, quotes, backslashes or control characters", what)
 		}
 	}
-	text := "# Written by paddock up: the only way in is the user below.\n" +
-		"user default off\n" +
-		"user " + user + " on >" + cfg.Password + " ~* &* +@all\n"
+	text := "# Written by paddock up: the only way in is the user below.\n" + aclUsers(user, cfg.Password)
 	if err := writePrivate(conf, []byte(text)); err != nil {
 		return nil, err
 	}
 	return []string{conf}, nil
+}
+
+// aclUsers is the Redis ACL of a dev stack, in the syntax of redis.conf and
+// of an --aclfile alike: the default user off, user with password allowed
+// everything.
+func aclUsers(user, password string) string {
+	return "user default off\nuser " + user + " on >" + password + " ~* &* +@all\n"
 }
 
 // Pid is the process id of the redis-server child.

@@ -98,7 +98,7 @@ func (au *Auth) WriteServerFiles(resolverDir string) error {
 	}
 	files := map[string]string{
 		"nats-auth.conf":  conf,
-		"redis-users.acl": "user default off\nuser " + au.RedisUser + " on >" + au.RedisPassword + " ~* &* +@all\n",
+		"redis-users.acl": aclUsers(au.RedisUser, au.RedisPassword),
 	}
 	for name, text := range files {
 		if err := writePrivate(filepath.Join(au.Dir, name), []byte(text)); err != nil {

@@ -47,7 +47,7 @@ bench: setup images build ## Compare Paddock side by side with the naive alterna
 .PHONY: inspector bench-agent ui-test
 
 # The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),
-# which cmd/paddock/inspector_test.go runs; npm ci only when node_modules is
+# which cli/inspector_test.go runs; npm ci only when node_modules is
 # missing or older than the lockfile. Debian's npm only when no npm is on PATH
 # (NodeSource's nodejs bundles its own and conflicts with Debian's package).
 INSPECTOR_DIR := gateway/testdata/inspector
@@ -59,7 +59,7 @@ inspector: setup ## Install the pinned MCP Inspector CLI (npm ci) when missing o
 
 ui-test: setup ## The dashboard's browser test alone (headless chromium), screenshots in bench/out/ui/
 	@scripts/build-images.sh test
-	PADDOCK_UI_SHOTS=bench/out/ui $(GO) test ./cmd/paddock -run TestDashboardInBrowser -count=1 -v -timeout $(TEST_TIMEOUT)
+	PADDOCK_UI_SHOTS=bench/out/ui $(GO) test ./cli -run TestDashboardInBrowser -count=1 -v -timeout $(TEST_TIMEOUT)
 	@ls bench/out/ui/*.png
 
 bench-agent: setup images ## Agent token economy: the bash tool's capped answers against tools that return everything

@@ -910,13 +910,13 @@ func assertMountedPath(t *testing.T, c *corev1.Container, path, what string) {
 // --- configuration consistency ----------------------------------------------
 
 // pendingFlags are variables the manifests document for flags that are
-// announced but not wired into cmd/paddock yet (the healer's LLM settings).
+// announced but not wired into the CLI (cli/) yet (the healer's LLM settings).
 var pendingFlags = []string{"PADDOCK_LLM_API_KEY", "PADDOCK_LLM_URL", "PADDOCK_LLM_MODEL"}
 
-// paddockFlags lists the PADDOCK_<FLAG> names of every flag in cmd/paddock.
+// paddockFlags lists the PADDOCK_<FLAG> names of every flag of the CLI (cli/).
 func paddockFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "cmd", "paddock", "*.go"))
+	files, err := filepath.Glob(filepath.Join("..", "cli", "*.go"))
 	require.NoError(t, err)
 	re := regexp.MustCompile(`\.(?:String|StringSlice|StringArray|Int|Int64|Float64|Bool|Duration)(?:Var)?P?\(\s*&?[^,]*,\s*"([a-z0-9-]+)"`)
 	flags := map[string]bool{}
@@ -930,7 +930,7 @@ func paddockFlags(t *testing.T) map[string]bool {
 			flags["PADDOCK_"+strings.ToUpper(strings.ReplaceAll(string(m[1]), "-", "_"))] = true
 		}
 	}
-	require.Contains(t, flags, "PADDOCK_NATS_URL", "flag scan of cmd/paddock found nothing: update the pattern")
+	require.Contains(t, flags, "PADDOCK_NATS_URL", "flag scan of cli/ found nothing: update the pattern")
 	require.Contains(t, flags, "PADDOCK_SHUTDOWN_TIMEOUT")
 	return flags
 }
@@ -967,7 +967,7 @@ func TestPaddockVariablesAreFlags(t *testing.T) {
 					t.Logf("%s: %s is not a flag yet (announced for the healer's LLM)", f, name)
 					continue
 				}
-				t.Errorf("%s: %s is no flag of cmd/paddock (flags read PADDOCK_<FLAG>)", f, name)
+				t.Errorf("%s: %s is no flag of paddock (cli/) (flags read PADDOCK_<FLAG>)", f, name)
 			}
 		}
 	}

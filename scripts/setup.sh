@@ -35,11 +35,11 @@ readonly LOCK_FILE=/run/lock/paddock-setup.lock
 #                   /etc/init.d/docker does)
 #   gcc libc6-dev   cgo, which `go test -race` (make test) needs
 #   curl            `make demo` calls the gateway's HTTP API with it
-#   nodejs          runs the MCP Inspector CLI that cmd/paddock/inspector_test.go
+#   nodejs          runs the MCP Inspector CLI that cli/inspector_test.go
 #                   drives against `paddock up`; its npm is installed by `make
 #                   inspector` when none is on PATH (not listed here: NodeSource's
 #                   nodejs bundles npm and conflicts with Debian's npm package)
-#   chromium        the headless browser cmd/paddock/ui_test.go drives (chromedp)
+#   chromium        the headless browser cli/ui_test.go drives (chromedp)
 #                   against the dashboard of a real `paddock up` (make ui-test)
 readonly BASE_PACKAGES=(docker.io docker-compose redis-server busybox-static bash-static mmdebstrap
 	ca-certificates cgroupfs-mount gcc libc6-dev nodejs curl chromium)

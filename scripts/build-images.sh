@@ -9,6 +9,7 @@
 #                                            (bash coreutils python3 jq gawk procps ca-certificates curl)
 #   sandbox-pip  paddock/sandbox-pip:latest  sandbox + python3-pip python3-venv
 #   paddock      paddock/paddock:latest      static paddock + paddock-init, FROM scratch
+#                (PADDOCK_IMAGE=name:tag builds it under that tag, which compose reads)
 #   nats         paddock/nats:latest         FROM scratch: static nats-server built from its Go
 #                                            module (JetStream; for docker-compose.yml)
 #   redis        paddock/redis:latest        FROM scratch: the host's Debian redis-server and
@@ -372,7 +373,7 @@ build_sandbox_pip() {
 # ------------------------------------------------------------- paddock image
 
 build_paddock() {
-	local image=paddock/paddock:latest started ctx rootfs pkg t0 old
+	local image="${PADDOCK_IMAGE:-paddock/paddock:latest}" started ctx rootfs pkg t0 old
 	log "${image}: building (binaries, then image)"
 	started="$(now)"
 	old="$(image_id "${image}")"

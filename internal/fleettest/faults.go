@@ -1,0 +1,236 @@
+package fleettest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paddockhq/paddock/job"
+)
+
+// fault is one injected failure: inject, hold, heal (heal may be nil).
+type fault struct {
+	name   string
+	hold   time.Duration
+	inject func(ctx context.Context) (note string, err error)
+	heal   func(ctx context.Context) error
+}
+
+// faultRecord is what happened to one fault, in fleet.json.
+type faultRecord struct {
+	Name       string    `json:"name"`
+	Note       string    `json:"note,omitempty"`
+	InjectedAt time.Time `json:"injected_at"`
+	HealedAt   time.Time `json:"healed_at"`
+	// RecoveredAt: the first completion after the heal (or the inject,
+	// for a fault without a heal).
+	RecoveredAt time.Time `json:"recovered_at"`
+	// From the stored results, after the run: the longest gap between
+	// completions from the inject to the next fault, the end of that gap
+	// (recovery), and how long the jobs in flight at the inject took
+	// after it.
+	GapS       float64 `json:"gap_s"`
+	RecoveryS  float64 `json:"recovery_s"`
+	MaxDelayS  float64 `json:"max_delay_s"`
+	InFlight   int     `json:"in_flight"`
+	RerunsSeen int     `json:"reruns,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// faults is the full list, in order; short picks the ones `make test`
+// can afford.
+func (f *fleet) faults(short bool) []fault {
+	all := []fault{
+		{name: "nats-kill", hold: 10 * time.Second, inject: f.killNATS(false), heal: f.restartNATS},
+		{name: "nats-kill-leader", hold: 10 * time.Second, inject: f.killNATS(true), heal: f.restartNATS},
+		{name: "nats-partition", hold: 15 * time.Second, inject: f.partitionNATS, heal: f.healNATS},
+		{name: "redis-primary-kill", hold: 15 * time.Second, inject: f.killRedisPrimary, heal: f.restartRedis},
+		{name: "worker-partition", hold: 20 * time.Second, inject: f.partitionWorker("w1"), heal: f.healWorker("w1")},
+		{name: "worker-host-kill", hold: 10 * time.Second, inject: f.killWorkerHost("w2"), heal: f.restartWorker("w2")},
+		{name: "scheduler-kill", hold: 5 * time.Second, inject: f.killScheduler("s1"), heal: f.restartScheduler("s1")},
+		{name: "rolling-restart", inject: f.rollingRestart},
+		{name: "together", hold: 10 * time.Second, inject: f.together, heal: f.healTogether},
+	}
+	if !short {
+		return all
+	}
+	keep := []string{"nats-kill-leader", "worker-partition", "worker-host-kill", "scheduler-kill"}
+	return slices.DeleteFunc(all, func(x fault) bool { return !slices.Contains(keep, x.name) })
+}
+
+// leaderOf returns the NATS node leading tenant's jobs stream (with R1:
+// the one node that holds it).
+func (f *fleet) leaderOf(ctx context.Context, tenant string) (string, error) {
+	s, err := f.js.Stream(ctx, job.JobsStream(tenant))
+	if err != nil {
+		return "", err
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", errors.New("the jobs stream has no leader")
+	}
+	return info.Cluster.Leader, nil
+}
+
+// down holds what an inject stopped, for its heal.
+type down struct{ nats, redis, worker string }
+
+func (f *fleet) killNATS(leader bool) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		l, err := f.leaderOf(ctx, tenants[0])
+		if err != nil {
+			return "", err
+		}
+		victim := l
+		if !leader {
+			for _, n := range natsHosts {
+				if n != l {
+					victim = n
+					break
+				}
+			}
+		}
+		f.down.nats = victim
+		f.procs[victim].kill()
+		return fmt.Sprintf("killed %s (leader of %s: %s)", victim, job.JobsStream(tenants[0]), l), nil
+	}
+}
+
+func (f *fleet) restartNATS(ctx context.Context) error {
+	n := f.down.nats
+	if err := f.procs[n].start(); err != nil {
+		return err
+	}
+	return f.waitNATS(ctx, n)
+}
+
+func (f *fleet) partitionNATS(ctx context.Context) (string, error) {
+	l, err := f.leaderOf(ctx, tenants[0])
+	if err != nil {
+		return "", err
+	}
+	f.down.nats = l
+	return "partitioned " + l + " (leader of " + job.JobsStream(tenants[0]) + ")", f.net.partition(l)
+}
+
+func (f *fleet) healNATS(ctx context.Context) error {
+	if err := f.net.heal(f.down.nats); err != nil {
+		return err
+	}
+	return f.waitNATS(ctx, f.down.nats)
+}
+
+// killRedisPrimary kills the primary (the Sentinels' answer) and, when
+// the fleet follows Sentinel, waits until they promote the replica.
+func (f *fleet) killRedisPrimary(ctx context.Context) (string, error) {
+	p, err := f.primary(ctx)
+	if err != nil {
+		return "", err
+	}
+	f.down.redis = p
+	f.procs["redis"+strings.TrimPrefix(p, "r")].kill()
+	if !f.mode.sentinel {
+		return "killed the primary on " + p + " (no failover: the paddock binary takes no Sentinel URL; it is restarted as primary)", nil
+	}
+	start := time.Now()
+	err = poll(ctx, "a Sentinel promotion", func() bool {
+		np, err := f.primary(ctx)
+		return err == nil && np != p
+	})
+	return fmt.Sprintf("killed the primary on %s; promoted after %.1f s", p, time.Since(start).Seconds()), err
+}
+
+// restartRedis starts the killed Redis again: as a replica of the new
+// primary after a failover (Sentinel would make it one anyway), else as
+// the primary it was.
+func (f *fleet) restartRedis(ctx context.Context) error {
+	p := f.procs["redis"+strings.TrimPrefix(f.down.redis, "r")]
+	if err := f.setRedisRole(ctx, p, f.down.redis); err != nil {
+		return err
+	}
+	return p.start()
+}
+
+// setRedisRole rewrites p's flags: a replica of the current primary,
+// unless host is the primary.
+func (f *fleet) setRedisRole(ctx context.Context, p *proc, host string) error {
+	prim, err := f.primary(ctx)
+	if err != nil {
+		return err
+	}
+	p.argv = append([]string{}, f.redisArgs(host)...)
+	if prim != host {
+		p.argv = append(p.argv, "--replicaof", f.ip[prim], strconv.Itoa(redisPort))
+	}
+	return nil
+}
+
+// partitionWorker cuts w from Redis and NATS and checks its self-fence:
+// within 2/3 of the heartbeat TTL (8 s) plus the time to destroy them, no
+// box of w runs a job any more.
+func (f *fleet) partitionWorker(w string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		busy, _ := busyBoxes(ctx, f.docker, f.workerID(w))
+		if err := f.net.partition(w); err != nil {
+			return "", err
+		}
+		start := time.Now()
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err := poll(fctx, w+"'s boxes stopped by its self-fence", func() bool {
+			n, err := busyBoxes(fctx, f.docker, f.workerID(w))
+			return err == nil && n == 0
+		})
+		if err != nil {
+			return "", fmt.Errorf("%s partitioned: its boxes still run jobs after 30 s (self-fence): %w", w, err)
+		}
+		return fmt.Sprintf("partitioned %s (%d boxes running jobs); none running after %.1f s", w, busy, time.Since(start).Seconds()), nil
+	}
+}
+
+func (f *fleet) healWorker(w string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := f.net.heal(w); err != nil {
+			return err
+		}
+		return f.waitWorker(ctx, w)
+	}
+}
+
+func (f *fleet) killWorkerHost(w string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		f.procs[w].markDown() // the host's supervisor dies with it
+		n := f.net.killHost(w)
+		f.procs[w].kill() // reaps it
+		return fmt.Sprintf("killed every process on %s (%d)", w, n), nil
+	}
+}
+
+func (f *fleet) restartWorker(w string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := f.procs[w].start(); err != nil {
+			return err
+		}
+		return f.waitWorker(ctx, w)
+	}
+}
+
+func (f *fleet) killScheduler(s string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		f.procs[s].kill()
+		return "killed " + s, nil
+	}
+}
+
+func (f *fleet) restartScheduler(s string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := f.procs[s].start(); err != nil {
+			return err
+		}
+		return f.waitScheduler(ctx, s)
+	}
+}

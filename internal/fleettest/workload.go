@@ -1,0 +1,158 @@
+package fleettest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pclient "github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/job"
+	"github.com/paddockhq/paddock/results"
+	"github.com/paddockhq/paddock/tenant"
+)
+
+// tenants of the workload; their jobs go round-robin.
+var tenants = []string{"fa", "fb", "fc"}
+
+// backlog is how many accepted jobs may be without a result before the
+// submitter waits: enough to keep every worker slot busy, small enough
+// that a job's delay is the fault's, not the queue's.
+var backlog = 3 * len(workerHosts) * workerConcurrency
+
+// spec is the i-th job: one in ten sleeps 3 s, one in ten 1 s, the rest
+// echo (the engine's container churn is their cost).
+func spec(i int) (string, job.Spec) {
+	t := tenants[i%len(tenants)]
+	id := fmt.Sprintf("fj-%05d", i)
+	cmd := fmt.Sprintf("echo quick %d", i)
+	switch i % 10 {
+	case 3:
+		cmd = fmt.Sprintf("sleep 3; echo long %d", i)
+	case 7:
+		cmd = fmt.Sprintf("sleep 1; echo mid %d", i)
+	}
+	return t, job.Spec{ID: id, Command: cmd}
+}
+
+// workload submits the jobs and follows their results.
+type workload struct {
+	f       *fleet
+	total   int
+	clients map[string]*pclient.Client
+
+	submitted atomic.Int64 // accepted (acked by JetStream)
+	done      atomic.Int64 // with a result in Redis
+
+	mu       sync.Mutex
+	accepted []string        // job keys, in order of acceptance
+	pending  map[string]bool // accepted keys without a result yet
+}
+
+// addTenants registers the workload's tenants (no quotas) and creates
+// their streams as `paddock tenant add` does, then waits for them.
+func (f *fleet) addTenants(ctx context.Context, total int) (*workload, error) {
+	reg, err := tenant.NewRegistry(ctx, f.js)
+	if err != nil {
+		return nil, err
+	}
+	w := &workload{f: f, total: total, clients: map[string]*pclient.Client{}, pending: map[string]bool{}}
+	for _, n := range tenants {
+		if err := reg.Put(ctx, tenant.Tenant{Name: n}); err != nil {
+			return nil, err
+		}
+		if err := results.EnsureTenant(ctx, f.js, results.StreamConfig{Replicas: f.mode.replicas}, n, 0, 0); err != nil {
+			return nil, err
+		}
+		// Without auth the default inbox works; the client's warning about
+		// it is meant for tenant credentials.
+		c, err := pclient.New(f.nc, pclient.Config{Tenant: n, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		w.clients[n] = c
+	}
+	return w, nil
+}
+
+// submit submits every job, pacing itself by the backlog; a submission
+// that fails (a NATS node down) is retried with the same id until acked:
+// the stream's duplicate window makes that safe.
+func (w *workload) submit(ctx context.Context) error {
+	for i := range w.total {
+		for w.submitted.Load()-w.done.Load() >= int64(backlog) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond): // the pace: wait for results to free the backlog
+			}
+		}
+		t, s := spec(i)
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := w.clients[t].Submit(sctx, s)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("submission %s never acked: %v", s.ID, err)
+			}
+			time.Sleep(200 * time.Millisecond) // back-off of a retried submission while a service is down
+		}
+		key := job.Key(t, s.ID)
+		w.mu.Lock()
+		w.accepted = append(w.accepted, key)
+		w.pending[key] = true
+		w.mu.Unlock()
+		w.submitted.Add(1)
+	}
+	return nil
+}
+
+// follow counts results in Redis (the pending keys, pipelined, every
+// 250 ms) until every job is done or ctx ends.
+func (w *workload) follow(ctx context.Context) {
+	for ctx.Err() == nil && w.done.Load() < int64(w.total) {
+		w.mu.Lock()
+		keys := make([]string, 0, len(w.pending))
+		for k := range w.pending {
+			keys = append(keys, k)
+		}
+		w.mu.Unlock()
+		if len(keys) > 0 {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			got, err := w.f.store.Finished(qctx, keys)
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				for k, ok := range got {
+					if ok && w.pending[k] {
+						delete(w.pending, k)
+						w.done.Add(1)
+					}
+				}
+				w.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond): // the poll interval of the progress count
+		}
+	}
+}
+
+// keys returns the accepted job keys.
+func (w *workload) keys() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.accepted...)
+}
+
+func (w *workload) close() {
+	for _, c := range w.clients {
+		c.Close()
+	}
+}

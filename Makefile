@@ -44,7 +44,17 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
 
-.PHONY: inspector bench-agent ui-test
+.PHONY: inspector bench-agent ui-test test-fleet test-fleet-short
+
+# The multi-host harness (internal/fleettest, docs/reliability.md "Fleet
+# harness"): hosts are network namespaces pdk-<run>-* on a bridge; a crashed
+# run's leftovers are removed by the next. Writes bench/out/fleet.json.
+FLEET_TIMEOUT ?= 120m
+test-fleet: setup images ## Fleet of namespace hosts (3 NATS, Redis + 3 Sentinels, 2 schedulers, 3 workers), 5,000 jobs, every fault (PADDOCK_FLEET_JOBS=N; >20 min)
+	PADDOCK_FLEET=full $(GO) test -count=1 -v -run 'TestFleet$$' -timeout $(FLEET_TIMEOUT) ./internal/fleettest/
+
+test-fleet-short: setup images ## The fleet harness's short version: 300 jobs, 4 faults (~3 min), bench/out/fleet-short.json
+	PADDOCK_FLEET=short $(GO) test -count=1 -v -run 'TestFleet$$' -timeout 15m ./internal/fleettest/
 
 # The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),
 # which cli/inspector_test.go runs; npm ci only when node_modules is

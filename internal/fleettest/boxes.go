@@ -2,6 +2,8 @@ package fleettest
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +30,35 @@ func boxes(ctx context.Context, d *client.Client, ownerPrefix string) (map[strin
 		}
 	}
 	return out, nil
+}
+
+// jobMarker finds the job id in a box's process list (spec names it).
+var jobMarker = regexp.MustCompile(`fj-[0-9]{5}`)
+
+// boxJobs lists the jobs whose command (matching re) runs in a box of
+// owner, from the engine's process lists.
+func boxJobs(ctx context.Context, d *client.Client, owner string, re *regexp.Regexp) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	list, err := d.ContainerList(ctx, client.ContainerListOptions{
+		Filters: make(client.Filters).Add("label", sandbox.LabelOwner+"="+owner)})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range list.Items {
+		top, err := d.ContainerTop(ctx, c.ID, client.ContainerTopOptions{})
+		if err != nil {
+			continue
+		}
+		for _, p := range top.Processes {
+			line := strings.Join(p, " ")
+			if id := jobMarker.FindString(line); id != "" && re.MatchString(line) && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
 }
 
 // busyBoxes counts owner's running containers with a process besides

@@ -37,13 +37,21 @@ type report struct {
 	Retried       int            `json:"retried"`
 	States        map[string]int `json:"states"`
 	LeftoverBoxes int            `json:"leftover_boxes"`
-	QueueLeft     int            `json:"queue_left"`
-	JobsLeft      uint64         `json:"jobs_streams_left"`
-	DurationS     float64        `json:"duration_s"`
-	JobsPerS      float64        `json:"jobs_per_s"`
-	Baseline      faultRecord    `json:"baseline"`
-	Faults        []faultRecord  `json:"faults"`
-	Problems      []string       `json:"problems,omitempty"`
+	// FencedJobs: jobs a partitioned worker was running, each checked to
+	// end elsewhere (runs ≥ 2), not with the fenced run's result.
+	FencedJobs int           `json:"fenced_jobs"`
+	QueueLeft  int           `json:"queue_left"`
+	JobsLeft   uint64        `json:"jobs_streams_left"`
+	DurationS  float64       `json:"duration_s"`
+	JobsPerS   float64       `json:"jobs_per_s"`
+	Baseline   faultRecord   `json:"baseline"`
+	Faults     []faultRecord `json:"faults"`
+	// SupervisorRestarts: exits of a paddock process the harness did not
+	// cause, each restarted a second later as systemd or compose would.
+	SupervisorRestarts map[string]int `json:"supervisor_restarts,omitempty"`
+	// SupervisorExits: each restarted process's last log line before it.
+	SupervisorExits map[string][]string `json:"supervisor_exits,omitempty"`
+	Problems           []string       `json:"problems,omitempty"`
 }
 
 // problem notes a failed check (the first 50 in detail).
@@ -116,7 +124,28 @@ func (f *fleet) check(ctx context.Context, keys []string, rep *report) ([]job.Re
 			rep.problem("%s holds %d results for %d accepted jobs", job.ResultsStream(t), info.State.Msgs, n)
 		}
 	}
+	f.checkFenced(ctx, rep)
 	return out, f.checkTenants(ctx, rep)
+}
+
+// checkFenced checks that no job a partitioned worker was running has the
+// result of that run: its self-fence stopped it, and another worker ran
+// it again (runs ≥ 2).
+func (f *fleet) checkFenced(ctx context.Context, rep *report) {
+	for _, fr := range f.fenced {
+		for _, id := range fr.jobs {
+			r, err := f.store.Get(ctx, job.Key(tenantOf(id), id))
+			if err != nil {
+				continue // counted as lost above
+			}
+			rep.FencedJobs++
+			if r.Worker == fr.worker && r.StartedAt.Before(fr.at) {
+				rep.problem("%s: recorded by %s's run from before its partition (no self-fence)", id, fr.worker)
+			} else if r.Runs < 2 {
+				rep.problem("%s: fenced on %s but its result says runs=%d", id, fr.worker, r.Runs)
+			}
+		}
+	}
 }
 
 // checkStream compares the stream's result of id with Redis's.

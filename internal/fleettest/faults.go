@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,27 +170,50 @@ func (f *fleet) setRedisRole(ctx context.Context, p *proc, host string) error {
 	return nil
 }
 
-// partitionWorker cuts w from Redis and NATS and checks its self-fence:
-// within 2/3 of the heartbeat TTL (8 s) plus the time to destroy them, no
-// box of w runs a job any more.
+// longJob matches the 12 s jobs' commands.
+var longJob = regexp.MustCompile(`sleep 12`)
+
+// partitionWorker cuts w from Redis and NATS while it runs a 12 s job and
+// checks its self-fence: the boxes of those jobs stop well before their
+// commands would end (2/3 of the 8 s heartbeat TTL, then the destroy).
+// Afterwards check finds none of them recorded by w's fenced run.
 func (f *fleet) partitionWorker(w string) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		busy, _ := busyBoxes(ctx, f.docker, f.workerID(w))
+		var jobs []string
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_ = poll(lctx, w+" running a 12 s job", func() bool {
+			jobs, _ = boxJobs(lctx, f.docker, f.workerID(w), longJob)
+			return len(jobs) > 0
+		})
 		if err := f.net.partition(w); err != nil {
 			return "", err
 		}
 		start := time.Now()
-		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
+		f.fenced = append(f.fenced, fencedRun{worker: f.workerID(w), at: start, jobs: jobs})
+		fctx, cancel2 := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel2()
 		err := poll(fctx, w+"'s boxes stopped by its self-fence", func() bool {
 			n, err := busyBoxes(fctx, f.docker, f.workerID(w))
 			return err == nil && n == 0
 		})
+		took := time.Since(start)
+		note := fmt.Sprintf("partitioned %s while it ran %v; no box of it runs a job %.1f s later", w, jobs, took.Seconds())
 		if err != nil {
-			return "", fmt.Errorf("%s partitioned: its boxes still run jobs after 30 s (self-fence): %w", w, err)
+			return note, fmt.Errorf("%s partitioned: its boxes still run jobs after 30 s (self-fence): %w", w, err)
 		}
-		return fmt.Sprintf("partitioned %s (%d boxes running jobs); none running after %.1f s", w, busy, time.Since(start).Seconds()), nil
+		if len(jobs) > 0 && took > 11*time.Second {
+			return note, fmt.Errorf("%s's 12 s jobs ran on for %.1f s after the partition: no self-fence", w, took.Seconds())
+		}
+		return note, nil
 	}
+}
+
+// fencedRun is the jobs a partitioned worker was running when cut off.
+type fencedRun struct {
+	worker string
+	at     time.Time
+	jobs   []string
 }
 
 func (f *fleet) healWorker(w string) func(ctx context.Context) error {
@@ -203,10 +227,11 @@ func (f *fleet) healWorker(w string) func(ctx context.Context) error {
 
 func (f *fleet) killWorkerHost(w string) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
+		busy := f.waitBusy(ctx, w)
 		f.procs[w].markDown() // the host's supervisor dies with it
 		n := f.net.killHost(w)
 		f.procs[w].kill() // reaps it
-		return fmt.Sprintf("killed every process on %s (%d)", w, n), nil
+		return fmt.Sprintf("killed every process on %s (%d; %d boxes running jobs)", w, n, busy), nil
 	}
 }
 
@@ -233,4 +258,17 @@ func (f *fleet) restartScheduler(s string) func(ctx context.Context) error {
 		}
 		return f.waitScheduler(ctx, s)
 	}
+}
+
+// waitBusy waits up to 20 s until worker host w runs a job in a box (so
+// its fault catches work in flight) and returns how many boxes do.
+func (f *fleet) waitBusy(ctx context.Context, w string) int {
+	n := 0
+	bctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_ = poll(bctx, w+" running a job", func() bool {
+		n, _ = busyBoxes(bctx, f.docker, f.workerID(w))
+		return n > 0
+	})
+	return n
 }

@@ -51,14 +51,15 @@ type mode struct {
 // fleet is one run's hosts, processes and the test's own connections (the
 // test process sits on the bridge at .254, like a pipeline's host).
 type fleet struct {
-	t     *testing.T
-	dir   string
-	net   *network
-	ip    map[string]string
-	bins  bins
-	mode  mode
-	procs map[string]*proc
-	down  down // what the current fault stopped
+	t      *testing.T
+	dir    string
+	net    *network
+	ip     map[string]string
+	bins   bins
+	mode   mode
+	procs  map[string]*proc
+	down   down        // what the current fault stopped
+	fenced []fencedRun // the jobs of partitioned workers
 
 	nc     *nats.Conn
 	js     jetstream.JetStream

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -37,6 +38,8 @@ func TestFleet(t *testing.T) {
 		require.NoError(t, err, "PADDOCK_FLEET_JOBS")
 		total = n
 	}
+	// go-redis logs every failed dial: thousands of lines per fault.
+	redis.SetLogger(quietRedis{})
 	cleanStale(t)
 	f := setup(t)
 	rep := f.run(t, total, short)
@@ -49,6 +52,11 @@ func TestFleet(t *testing.T) {
 	t.Logf("wrote %s", path)
 	f.verdict(t, rep)
 }
+
+// quietRedis drops go-redis's internal log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // requireHost fails (the run was asked for) when the machine cannot host
 // the fleet, saying what is missing.

@@ -27,8 +27,9 @@ type proc struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	from     int64 // the log's size when the last start began
-	wanted   bool  // up unless the harness stopped it
-	restarts int   // by the supervisor
+	wanted   bool     // up unless the harness stopped it
+	restarts int      // by the supervisor
+	exits    []string // the last log line before each of those restarts
 }
 
 func newProc(dir, name, ns string, argv ...string) *proc {
@@ -74,10 +75,14 @@ func (p *proc) wait(cmd *exec.Cmd, done chan struct{}) {
 	time.Sleep(time.Second) // the supervisor's restart delay
 	p.mu.Lock()
 	again := p.wanted && p.cmd == cmd
-	if again {
-		p.restarts++
-	}
 	p.mu.Unlock()
+	if again {
+		last := p.tail(1)
+		p.mu.Lock()
+		p.restarts++
+		p.exits = append(p.exits, last)
+		p.mu.Unlock()
+	}
 	if again {
 		_ = p.start()
 	}
@@ -96,6 +101,13 @@ func (p *proc) supervisorRestarts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarts
+}
+
+// exitLines are the last log lines before the supervisor's restarts.
+func (p *proc) exitLines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.exits...)
 }
 
 // running reports whether the process was started and has not exited.

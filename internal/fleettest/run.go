@@ -63,6 +63,12 @@ func (f *fleet) run(t *testing.T, total int, short bool) *report {
 	ph.set("stopping the workers, counting boxes left")
 	stopProgress()
 	rep.LeftoverBoxes = f.leftovers(ctx)
+	rep.SupervisorRestarts, rep.SupervisorExits = map[string]int{}, map[string][]string{}
+	for name, p := range f.procs {
+		if n := p.supervisorRestarts(); n > 0 {
+			rep.SupervisorRestarts[name], rep.SupervisorExits[name] = n, p.exitLines()
+		}
+	}
 	return rep
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,21 +22,31 @@ var tenants = []string{"fa", "fb", "fc"}
 // backlog is how many accepted jobs may be without a result before the
 // submitter waits: enough to keep every worker slot busy, small enough
 // that a job's delay is the fault's, not the queue's.
-var backlog = 3 * len(workerHosts) * workerConcurrency
+var backlog = 2 * len(workerHosts) * workerConcurrency
 
-// spec is the i-th job: one in ten sleeps 3 s, one in ten 1 s, the rest
-// echo (the engine's container churn is their cost).
+// spec is the i-th job: one in twenty sleeps 12 s (longer than a fenced
+// worker takes to stop it), one in twenty 3 s, one in ten 1 s, the rest
+// echo (the engine's container churn is their cost). Every command names
+// its job id, so a box's process list says which job it runs.
 func spec(i int) (string, job.Spec) {
 	t := tenants[i%len(tenants)]
 	id := fmt.Sprintf("fj-%05d", i)
-	cmd := fmt.Sprintf("echo quick %d", i)
-	switch i % 10 {
-	case 3:
-		cmd = fmt.Sprintf("sleep 3; echo long %d", i)
-	case 7:
-		cmd = fmt.Sprintf("sleep 1; echo mid %d", i)
+	cmd := "echo quick " + id
+	switch {
+	case i%20 == 3:
+		cmd = "sleep 12; echo long " + id
+	case i%20 == 13:
+		cmd = "sleep 3; echo long " + id
+	case i%10 == 7:
+		cmd = "sleep 1; echo mid " + id
 	}
 	return t, job.Spec{ID: id, Command: cmd}
+}
+
+// tenantOf is the tenant of job id fj-N.
+func tenantOf(id string) string {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "fj-"))
+	return tenants[n%len(tenants)]
 }
 
 // workload submits the jobs and follows their results.

@@ -51,7 +51,7 @@ type report struct {
 	SupervisorRestarts map[string]int `json:"supervisor_restarts,omitempty"`
 	// SupervisorExits: each restarted process's last log line before it.
 	SupervisorExits map[string][]string `json:"supervisor_exits,omitempty"`
-	Problems           []string       `json:"problems,omitempty"`
+	Problems        []string            `json:"problems,omitempty"`
 }
 
 // problem notes a failed check (the first 50 in detail).

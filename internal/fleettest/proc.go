@@ -26,7 +26,7 @@ type proc struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
-	from     int64 // the log's size when the last start began
+	from     int64    // the log's size when the last start began
 	wanted   bool     // up unless the harness stopped it
 	restarts int      // by the supervisor
 	exits    []string // the last log line before each of those restarts

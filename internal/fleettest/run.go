@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ func (f *fleet) run(t *testing.T, total int, short bool) *report {
 	warm := time.Now()
 	var recs []faultRecord
 	for i, fl := range faults {
-		require.NoError(t, w.waitDone(ctx, int64((i+1)*total/(len(faults)+1))), "results before fault %s", fl.name)
+		at := (i + 1) * total / (len(faults) + 1)
+		ph.set(fmt.Sprintf("running; %s at %d results", fl.name, at))
+		require.NoError(t, w.waitDone(ctx, int64(at)), "results before fault %s", fl.name)
 		recs = append(recs, f.inject(ctx, fl, w, ph))
 	}
 	ph.set("waiting for the last results")

@@ -89,11 +89,27 @@ func (f *fleet) addTenants(ctx context.Context, total int) (*workload, error) {
 	return w, nil
 }
 
-// submit submits every job, pacing itself by the backlog; a submission
-// that fails (a NATS node down) is retried with the same id until acked:
-// the stream's duplicate window makes that safe.
+// submit submits every job, one submitter per tenant (a tenant whose
+// stream is unavailable holds up only its own), pacing by the backlog; a
+// submission that fails (a NATS node down) is retried with the same id
+// until acked: the stream's duplicate window makes that safe.
 func (w *workload) submit(ctx context.Context) error {
-	for i := range w.total {
+	errs := make(chan error, len(tenants))
+	for k := range tenants {
+		go func() { errs <- w.submitTenant(ctx, k) }()
+	}
+	var first error
+	for range tenants {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// submitTenant submits the jobs i with i % len(tenants) == k.
+func (w *workload) submitTenant(ctx context.Context, k int) error {
+	for i := k; i < w.total; i += len(tenants) {
 		for w.submitted.Load()-w.done.Load() >= int64(backlog) {
 			select {
 			case <-ctx.Done():

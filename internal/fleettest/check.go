@@ -185,8 +185,9 @@ func (f *fleet) checkTenants(ctx context.Context, rep *report) error {
 }
 
 // measure fills each fault's costs from the results' finish times:
-// window i runs from fault i's inject to fault i+1's (the last to the
-// last completion). The baseline is the window before the first fault.
+// window i runs from fault i's inject to 30 s after results flowed again
+// (at most to fault i+1's inject; the last to the last completion). The
+// baseline is the window before the first fault.
 func measure(rs []job.Result, recs []faultRecord, warm time.Time) faultRecord {
 	ends := make([]time.Time, 0, len(rs))
 	for _, r := range rs {
@@ -206,6 +207,9 @@ func measure(rs []job.Result, recs []faultRecord, warm time.Time) faultRecord {
 		end := last
 		if i+1 < len(recs) {
 			end = recs[i+1].InjectedAt
+		}
+		if e := recs[i].RecoveredAt.Add(30 * time.Second); !recs[i].RecoveredAt.IsZero() && e.Before(end) {
+			end = e
 		}
 		window(&recs[i], rs, ends, end)
 	}

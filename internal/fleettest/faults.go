@@ -30,10 +30,11 @@ type faultRecord struct {
 	// RecoveredAt: the first completion after the heal (or the inject,
 	// for a fault without a heal).
 	RecoveredAt time.Time `json:"recovered_at"`
-	// From the stored results, after the run: the longest gap between
-	// completions from the inject to the next fault, the end of that gap
-	// (recovery), and how long the jobs in flight at the inject took
-	// after it.
+	// From the stored results, after the run (measure): the longest gap
+	// between completions in the fault's window (the inject to 30 s after
+	// results flowed again), the end of that gap after the inject
+	// (recovery), and how long after the inject the jobs in flight at the
+	// inject ended.
 	GapS       float64 `json:"gap_s"`
 	RecoveryS  float64 `json:"recovery_s"`
 	MaxDelayS  float64 `json:"max_delay_s"`

@@ -72,10 +72,23 @@ func (f *fleet) addTenants(ctx context.Context, total int) (*workload, error) {
 	}
 	w := &workload{f: f, total: total, clients: map[string]*pclient.Client{}, pending: map[string]bool{}}
 	for _, n := range tenants {
-		if err := reg.Put(ctx, tenant.Tenant{Name: n}); err != nil {
-			return nil, err
+		// Streams first, then the record: a scheduler that sees the record
+		// finds the streams made and leaves them alone. (Both creating the
+		// same R3 stream at once left the harness's request unanswered for
+		// minutes on a loaded machine.) Each try has its own deadline.
+		var err error
+		for try := 0; try < 12; try++ {
+			tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			err = results.EnsureTenant(tctx, f.js, results.StreamConfig{Replicas: f.mode.replicas}, n, 0, 0)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
 		}
-		if err := results.EnsureTenant(ctx, f.js, results.StreamConfig{Replicas: f.mode.replicas}, n, 0, 0); err != nil {
+		if err != nil {
+			return nil, fmt.Errorf("tenant %s's streams: %w", n, err)
+		}
+		if err := reg.Put(ctx, tenant.Tenant{Name: n}); err != nil {
 			return nil, err
 		}
 		// Without auth the default inbox works; the client's warning about

@@ -53,7 +53,7 @@ FLEET_TIMEOUT ?= 120m
 test-fleet: setup images ## Fleet of namespace hosts (3 NATS, Redis + 3 Sentinels, 2 schedulers, 3 workers), 5,000 jobs, every fault (PADDOCK_FLEET_JOBS=N; >20 min)
 	PADDOCK_FLEET=full $(GO) test -count=1 -v -run 'TestFleet$$' -timeout $(FLEET_TIMEOUT) ./internal/fleettest/
 
-test-fleet-short: setup images ## The fleet harness's short version: 300 jobs, 4 faults (~3 min), bench/out/fleet-short.json
+test-fleet-short: setup images ## The fleet harness's short version: 300 jobs, 4 faults (~4-5 min), bench/out/fleet-short.json
 	PADDOCK_FLEET=short $(GO) test -count=1 -v -run 'TestFleet$$' -timeout 15m ./internal/fleettest/
 
 # The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),

@@ -88,3 +88,21 @@ func (s *Store) EndRun(ctx context.Context, worker, key string) error {
 	}
 	return nil
 }
+
+// TaskOf returns the id of the asynq task that carries the job now: the
+// job key itself, or the rescue task a rescuer moved it to
+// (<prefix>task:<key>, internal/asynqx's rescuer). Any other task of the
+// job is stale: it completes without running, and whoever looks for the
+// job in the queue (the canceler, the sweeper) must look for this one.
+func (s *Store) TaskOf(ctx context.Context, key string) (string, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	id, err := s.rdb.Get(ctx, s.key("task", key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return key, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("results: task of %s: %w", key, err)
+	}
+	return id, nil
+}

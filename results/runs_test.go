@@ -55,3 +55,31 @@ func TestBeginRunAsNotesTheRunUntilEndRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 }
+
+// TestRecordRunIsFencedByTheRunToken: RecordRun stores the result of run n
+// of task t only while t carries the job and no run began since; a token
+// without a run is invalid. Record (no run) is not fenced.
+func TestRecordRunIsFencedByTheRunToken(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	id := "rr-1"
+	key := job.Key("", id)
+	_, _, err := s.store.RecordRun(ctx, okResult(id), results.RunToken{})
+	require.ErrorIs(t, err, results.ErrInvalid)
+	n, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w1", TaskID: key, Queue: "q"})
+	require.NoError(t, err)
+	// Run 1 was taken up again by the same task (asynq's recoverer after a
+	// lost lease): run 1 is stale.
+	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: key, Queue: "q"})
+	require.NoError(t, err)
+	_, _, err = s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n})
+	require.ErrorIs(t, err, results.ErrStaleRun, "a run started again since recorded")
+	_, _, err = s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n + 1, TaskID: key + "#rescue-1"})
+	require.ErrorIs(t, err, results.ErrStaleRun, "a task that does not carry the job recorded")
+	_, err = s.store.Get(ctx, key)
+	require.ErrorIs(t, err, results.ErrNotFound)
+	_, first, err := s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n + 1})
+	require.NoError(t, err)
+	assert.True(t, first, "the current run records")
+}

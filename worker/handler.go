@@ -40,10 +40,12 @@ type jobRun struct {
 func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTimeout) }
 
 // ResultStore is the part of *results.Store that keeps a job's terminal
-// result: Record (first writer wins) and Get (results.ErrNotFound when
-// there is none).
+// result: Record (first writer wins), RecordRun (the same, fenced by the
+// run's token: results.ErrStaleRun once the run was superseded) and Get
+// (results.ErrNotFound when there is none).
 type ResultStore interface {
 	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
+	RecordRun(ctx context.Context, r job.Result, tok results.RunToken) (job.Result, bool, error)
 	Get(ctx context.Context, key string) (job.Result, error)
 }
 

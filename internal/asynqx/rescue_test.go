@@ -156,3 +156,51 @@ func TestRescuerStartStop(t *testing.T) {
 	}
 	assert.Empty(t, rescued, "a run was rescued twice")
 }
+
+// TestRescuedRunCannotRecord closes the residual window: a worker frozen
+// past its heartbeat's TTL after its own fence check still holds run 1's
+// token when it resumes. Once the rescuer moved the job to
+// <key>#rescue-1, that run's RecordRun is refused (results.ErrStaleRun:
+// nothing stored, nothing published) even though no result exists yet, and
+// the rescue's run records. Without the check in results/recordrun.lua the
+// stale writer would be first and the rescue's result lost.
+func TestRescuedRunCannotRecord(t *testing.T) {
+	s := newRescueSetup(t)
+	ctx := context.Background()
+	tenant, id := job.DefaultTenant, testsvc.Unique("stale")
+	key := job.Key(tenant, id)
+	_, err := s.cl.Enqueue(asynq.NewTask(job.TaskType, []byte("spec")),
+		asynq.TaskID(key), asynq.Queue(job.DefaultQueue), asynq.MaxRetry(3))
+	require.NoError(t, err)
+	frozen := testsvc.Unique("frozen") // never beats: dead to the rescuer
+	run, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: frozen, TaskID: key, Queue: job.DefaultQueue})
+	require.NoError(t, err)
+	got, err := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Logger: quiet}).Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{asynqx.RescueID(key, run)}, got)
+
+	result := func(worker string) job.Result {
+		r := job.Result{ID: id, Tenant: tenant, Worker: worker}
+		r.Finish(job.ReasonOK)
+		return r
+	}
+	_, _, err = s.store.RecordRun(ctx, result(frozen), results.RunToken{Run: run, TaskID: key})
+	require.ErrorIs(t, err, results.ErrStaleRun, "the rescued run recorded")
+	_, err = s.store.Get(ctx, key)
+	require.ErrorIs(t, err, results.ErrNotFound, "the stale run stored a result")
+
+	rescue := asynqx.RescueID(key, run)
+	run2, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: rescue, Queue: job.DefaultQueue})
+	require.NoError(t, err)
+	stored, first, err := s.store.RecordRun(ctx, result("w2"), results.RunToken{Run: run2, TaskID: rescue})
+	require.NoError(t, err)
+	assert.True(t, first)
+	assert.Equal(t, "w2", stored.Worker)
+
+	// After the rescue recorded, the stale run is told the stored result,
+	// like any later writer, and changes nothing.
+	stored, first, err = s.store.RecordRun(ctx, result(frozen), results.RunToken{Run: run, TaskID: key})
+	require.NoError(t, err)
+	assert.False(t, first)
+	assert.Equal(t, "w2", stored.Worker, "the rescue's result wins")
+}

@@ -280,6 +280,9 @@ type Worker struct {
 	cfg     Config
 	hb      *Heartbeat
 	rescue  rescuer // internal/asynqx.Rescuer (fence.go)
+	// wakePub publishes a wake-up to every worker (job.WakeSubject); Build
+	// sets it when it has NATS (wake.go).
+	wakePub func(queue string)
 	fence   fence   // running handlers, for the heartbeat's fence (fence.go)
 	reap    *sandbox.Reaper
 	log     *slog.Logger
@@ -329,7 +332,8 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		w.fence.cancelAll()
 	}
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
-	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger})
+	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
+		Wake: w.wakeRescued})
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }

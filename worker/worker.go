@@ -272,6 +272,10 @@ func (c Config) timingDefaults() Config {
 
 // Worker runs jobs from asynq in sandbox sessions.
 type Worker struct {
+	// wakePub publishes a wake-up to every worker (job.WakeSubject); Build
+	// sets it when it has NATS (wake.go).
+	wakePub func(queue string)
+
 	rdb     redis.UniversalClient
 	rt      *sandbox.Runtime
 	store   ResultStore // the Store given to New, by concern: store, runs, flags
@@ -280,9 +284,6 @@ type Worker struct {
 	cfg     Config
 	hb      *Heartbeat
 	rescue  rescuer // internal/asynqx.Rescuer (fence.go)
-	// wakePub publishes a wake-up to every worker (job.WakeSubject); Build
-	// sets it when it has NATS (wake.go).
-	wakePub func(queue string)
 	fence   fence   // running handlers, for the heartbeat's fence (fence.go)
 	reap    *sandbox.Reaper
 	log     *slog.Logger

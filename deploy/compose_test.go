@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -702,17 +703,49 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 			assert.Equal(t, r.Worker, stored.Worker, r.ID)
 		}
 	}
+	// The queues empty out: at once without a kill; with one, the killed
+	// worker's tasks (their jobs rescued) leave asynq's active list once
+	// their lease expired (30 s after the worker's last lease extension,
+	// plus the rescuer's RetireMargin and a pass), not at asynq's recoverer
+	// a minute or two later.
+	deadline := time.Now().Add(5 * time.Second)
+	if run.kill {
+		deadline = killedAt.Add(30*time.Second + asynqx.RetireMargin + 15*time.Second)
+	}
+	var busy string
+	for {
+		busy = queuesBusy(ctx, t, rdb)
+		if busy == "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling Redis: nothing to wait on
+	}
+	assert.Empty(t, busy, "asynq's queues are not empty")
+	if run.kill && busy == "" {
+		t.Logf("queues empty %s after the kill (asynq's own recovery: 55-120 s)", time.Since(killedAt).Round(100*time.Millisecond))
+	}
+}
+
+// queuesBusy names the asynq lists and sets of rdb that hold a task ("":
+// none).
+func queuesBusy(ctx context.Context, t *testing.T, rdb *redis.Client) string {
 	queues, err := rdb.SMembers(ctx, "asynq:queues").Result()
 	require.NoError(t, err)
+	var busy []string
 	for _, q := range queues {
 		p := "asynq:{" + q + "}:"
 		for _, k := range []string{"pending", "active"} {
-			assert.Zero(t, rdb.LLen(ctx, p+k).Val(), "%s%s", p, k)
+			if n := rdb.LLen(ctx, p+k).Val(); n != 0 {
+				busy = append(busy, fmt.Sprintf("%s%s: %d", p, k, n))
+			}
 		}
-		for _, k := range []string{"scheduled", "retry", "archived"} {
-			assert.Zero(t, rdb.ZCard(ctx, p+k).Val(), "%s%s", p, k)
+		for _, k := range []string{"lease", "scheduled", "retry", "archived"} {
+			if n := rdb.ZCard(ctx, p+k).Val(); n != 0 {
+				busy = append(busy, fmt.Sprintf("%s%s: %d", p, k, n))
+			}
 		}
 	}
+	return strings.Join(busy, ", ")
 }
 
 // down takes the stack down (workers drain) and checks that no container of

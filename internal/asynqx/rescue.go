@@ -37,14 +37,27 @@ import (
 //   - Inspector.GetTaskInfo of the dead worker's task, still active (asynq
 //     keeps its hash, asynq:{<queue>}:t:<id>, with its payload, headers,
 //     MaxRetry, Timeout and Retention) until the recoverer moves it;
-//   - the recoverer later retrying the original task (counted against its
+//   - the layout of an active task and of a completed one, which the
+//     rescuer's retirement (rescue_retire.lua) edits directly: once the
+//     rescue is enqueued and the original's lease expired (RetireMargin
+//     past it), the original leaves asynq:{<queue>}:active (a list) and
+//     asynq:{<queue>}:lease, and is completed as asynq completes a task
+//     (asynq:{<queue>}:completed, a sorted set scored by now + retention
+//     in Unix seconds; the hash's state "completed"; without retention the
+//     hash is deleted), so that queue counts (the dashboard, asynqmon,
+//     KEDA) stop counting it within about 35 s of the crash, not after
+//     asynq's recoverer. asynq's heartbeater extends leases with ZADD XX,
+//     so a late extension by a frozen worker never brings it back;
+//   - otherwise (a retirement not yet due when the recoverer passes) the
+//     recoverer retrying the original task (counted against its
 //     MaxRetry), which then runs against a job that another task carries:
 //     results.Store.BeginRunAs refuses it (results.ErrStaleTask) and the
 //     worker completes it without running.
 //
-// TestAsynqLeasesAnActiveTask and TestAsynqRecoversAnExpiredLease pin the
-// key names and types above and the recoverer's move; TestRescue* pin the
-// rest against a real asynq Client and Inspector on a real Redis.
+// TestAsynqLeasesAnActiveTask, TestAsynqRecoversAnExpiredLease and
+// TestAsynqCompletedLayout pin the key names and types above and the
+// recoverer's move; TestRescue* pin the rest against a real asynq Client
+// and Inspector on a real Redis.
 //
 // And on Paddock's keys (results/doc.go): the worker's heartbeat,
 // <prefix>worker:<id>, whose absence makes a worker dead; the active sets
@@ -121,9 +134,11 @@ type RescuerConfig struct {
 // whose heartbeat key is gone. For each run that has no result and was not
 // started again since, it moves the job to a new task id
 // (<prefix>task:<key> = <key>#rescue-<run>, in a script atomic with
-// BeginRunAs) and enqueues that task with asynq's public Client: the
-// original task, when asynq's recoverer retries it a minute later, is then
-// stale and completes without running. A dead worker fenced itself before
+// BeginRunAs), enqueues that task with asynq's public Client and wakes
+// idle workers for its queue (RescuerConfig.Wake). The original task is
+// then stale: its run can record nothing (results.Store.RecordRun), and it
+// leaves asynq's active list once its lease expired (retire), or, if
+// asynq's recoverer retries it first, completes without running. A dead worker fenced itself before
 // its key could expire (worker.Heartbeat), and its boxes died with it
 // (their watchdogs), so the re-run never overlaps the first run. It is a
 // restartable service.

@@ -32,8 +32,9 @@ import (
 	"github.com/paddockhq/paddock/job"
 )
 
-// composeRun configures TestCompose. The defaults are the short run of
-// `make test`; `make test-compose` sets the full one through the environment:
+// composeRun configures TestCompose. The defaults are a short run (`go test
+// ./deploy/`); `make test-compose`, which `make test` runs after the Go
+// suite, sets the full one through the environment:
 //
 //	PADDOCK_COMPOSE_JOBS=200      jobs to submit (default 20)
 //	PADDOCK_COMPOSE_KILL=1        docker kill one worker once a quarter of

@@ -56,9 +56,10 @@ type RunToken struct {
 // RecordRun is Record for the result of run tok: in the same atomic step
 // as the SET NX (recordrun.lua) it checks that the run is still the job's,
 // that is, the task tok.TaskID still carries the job (<prefix>task:<key>;
-// a rescuer moves it) and the run counter still equals tok.Run (no run
-// began since). Otherwise it writes and publishes nothing and returns an
-// error wrapping ErrStaleRun. A result already stored is kept and
+// a rescuer moves it) and the run counter is not above tok.Run (no run
+// began since; a counter lost or set back by a Redis failover is no
+// evidence of one). Otherwise it writes and publishes nothing and returns
+// an error wrapping ErrStaleRun. A result already stored is kept and
 // republished, as Record does, whoever asks.
 func (s *Store) RecordRun(ctx context.Context, r job.Result, tok RunToken) (stored job.Result, first bool, err error) {
 	if tok.Run <= 0 {

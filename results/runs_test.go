@@ -2,6 +2,7 @@ package results_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,4 +83,22 @@ func TestRecordRunIsFencedByTheRunToken(t *testing.T) {
 	_, first, err := s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n + 1})
 	require.NoError(t, err)
 	assert.True(t, first, "the current run records")
+
+	// A counter lost (or set back) by a Redis failover is no evidence of a
+	// newer run: the run records rather than leave the job without a result.
+	for i, lose := range []func(k string) error{
+		func(k string) error { return s.rdb.Del(ctx, k).Err() },
+		func(k string) error { return s.rdb.Set(ctx, k, "1", time.Hour).Err() },
+	} {
+		lost := job.Key("", fmt.Sprintf("rr-lost-%d", i))
+		for range 2 {
+			_, err := s.store.BeginRunAs(ctx, lost, results.RunOwner{Worker: "w1", TaskID: lost, Queue: "q"})
+			require.NoError(t, err)
+		}
+		require.NoError(t, lose(s.prefix+"runs:"+lost))
+		_, tenantID, _ := job.SplitKey(lost)
+		_, first, err := s.store.RecordRun(ctx, okResult(tenantID), results.RunToken{Run: 2})
+		require.NoError(t, err, "case %d", i)
+		assert.True(t, first, "case %d", i)
+	}
 }

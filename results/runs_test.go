@@ -45,7 +45,9 @@ func TestBeginRunAsNotesTheRunUntilEndRun(t *testing.T) {
 	assert.Equal(t, "1|"+key+"|q", s.rdb.HGet(ctx, s.prefix+"active:w1", key).Val())
 	assert.True(t, s.rdb.SIsMember(ctx, s.prefix+"active", "w1").Val())
 
-	require.NoError(t, s.store.EndRun(ctx, "w1", key))
+	require.NoError(t, s.store.EndRun(ctx, "w1", key, 2))
+	assert.True(t, s.rdb.HExists(ctx, s.prefix+"active:w1", key).Val(), "the end of run 2 removed run 1's entry")
+	require.NoError(t, s.store.EndRun(ctx, "w1", key, 1))
 	assert.False(t, s.rdb.HExists(ctx, s.prefix+"active:w1", key).Val(), "the run stays noted after EndRun")
 
 	require.NoError(t, s.rdb.Set(ctx, s.prefix+"task:"+key, key+"#rescue-1", time.Minute).Err())

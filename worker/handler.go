@@ -54,7 +54,7 @@ type ResultStore interface {
 // worker reads once this one's heartbeat is gone.
 type RunStore interface {
 	BeginRunAs(ctx context.Context, key string, o results.RunOwner) (int, error)
-	EndRun(ctx context.Context, worker, key string) error
+	EndRun(ctx context.Context, worker, key string, run int) error
 }
 
 // ProcessTask is the asynq handler of job.TaskType. It returns in one of
@@ -95,7 +95,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	} else if err != nil {
 		return err
 	}
-	defer w.endRun(ctx, key)
+	defer w.endRun(ctx, key, r.res.Runs)
 	return w.withVolume(ctx, r, w.runJob) // volume.go
 }
 

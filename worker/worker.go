@@ -272,6 +272,10 @@ func (c Config) timingDefaults() Config {
 
 // Worker runs jobs from asynq in sandbox sessions.
 type Worker struct {
+	// wakePub publishes a wake-up to every worker (job.WakeSubject); Build
+	// sets it when it has NATS (wake.go).
+	wakePub func(queue string)
+
 	rdb     redis.UniversalClient
 	rt      *sandbox.Runtime
 	store   ResultStore // the Store given to New, by concern: store, runs, flags
@@ -329,7 +333,8 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		w.fence.cancelAll()
 	}
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
-	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger})
+	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
+		Wake: w.wakeRescued})
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }

@@ -1,0 +1,46 @@
+# sentinel: a Redis Sentinel of the HA profile (docker-compose.ha.yml), run by
+# /tools/busybox sh. On its first start it writes /data/sentinel.conf (its own
+# volume: Sentinel rewrites the file with what it learns, the current
+# primary, the replicas and the other sentinels, and must find it again after
+# a restart). Auth is on:
+#   - clients (Paddock's services, redis-cli) must authenticate: user paddock,
+#     or AUTH with the password alone (the default user has it; neither runs
+#     without it: NOAUTH);
+#   - the sentinels authenticate to each other as paddock (sentinel-user) and
+#     to the data nodes as paddock (auth-user), with the password of the
+#     auth-redis volume.
+# The config holds the password's SHA-256 for the users and the password for
+# auth-pass/sentinel-pass (0600, in the sentinel's own volume).
+set -eu
+b=/tools/busybox
+conf=/data/sentinel.conf
+if [ ! -s "$conf" ]; then
+	pw=$($b tr -d '\n' </etc/redis/auth/redis.password)
+	hash=$(printf '%s' "$pw" | $b sha256sum | $b cut -c1-64)
+	tmp=$($b mktemp "$conf.XXXXXX")
+	{
+		echo "port 26379"
+		echo "dir /data"
+		# Names, not addresses: compose's names survive a container's
+		# recreation, its addresses do not.
+		echo "sentinel resolve-hostnames yes"
+		echo "sentinel announce-hostnames yes"
+		echo "sentinel announce-ip $SENTINEL_NAME"
+		echo "user default on #$hash ~* &* +@all"
+		echo "user paddock on #$hash ~* &* +@all"
+		echo "sentinel sentinel-user paddock"
+		echo "sentinel sentinel-pass \"$pw\""
+		echo "sentinel monitor $REDIS_MASTER_NAME $REDIS_PRIMARY 6379 $SENTINEL_QUORUM"
+		echo "sentinel auth-user $REDIS_MASTER_NAME paddock"
+		echo "sentinel auth-pass $REDIS_MASTER_NAME \"$pw\""
+		echo "sentinel down-after-milliseconds $REDIS_MASTER_NAME $SENTINEL_DOWN_AFTER_MS"
+		echo "sentinel failover-timeout $REDIS_MASTER_NAME $SENTINEL_FAILOVER_TIMEOUT_MS"
+		echo "sentinel parallel-syncs $REDIS_MASTER_NAME 1"
+	} >"$tmp"
+	$b chmod 0600 "$tmp"
+	$b mv -f "$tmp" "$conf"
+	echo "sentinel: $SENTINEL_NAME watches $REDIS_MASTER_NAME, first primary $REDIS_PRIMARY, quorum $SENTINEL_QUORUM"
+else
+	echo "sentinel: $SENTINEL_NAME keeps $conf (what it learnt: the primary, replicas, sentinels)"
+fi
+exec redis-server "$conf" --sentinel

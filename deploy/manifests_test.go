@@ -911,7 +911,9 @@ func assertMountedPath(t *testing.T, c *corev1.Container, path, what string) {
 
 // pendingFlags are variables the manifests document for flags that are
 // announced but not wired into the CLI (cli/) yet (the healer's LLM settings).
-var pendingFlags = []string{"PADDOCK_LLM_API_KEY", "PADDOCK_LLM_URL", "PADDOCK_LLM_MODEL"}
+// PADDOCK_REPLICAS (--replicas) is issue 27's, on its way (docker-compose.ha.yml
+// uses it); remove it here once cli/ has the flag.
+var pendingFlags = []string{"PADDOCK_LLM_API_KEY", "PADDOCK_LLM_URL", "PADDOCK_LLM_MODEL", "PADDOCK_REPLICAS"}
 
 // paddockFlags lists the PADDOCK_<FLAG> names of every flag of the CLI (cli/).
 func paddockFlags(t *testing.T) map[string]bool {
@@ -941,7 +943,7 @@ func TestPaddockVariablesAreFlags(t *testing.T) {
 	t.Parallel()
 	flags := paddockFlags(t)
 	re := regexp.MustCompile(`\bPADDOCK_[A-Z0-9_]+`)
-	sources := []string{filepath.Join("..", "docker-compose.yml")}
+	sources := []string{filepath.Join("..", "docker-compose.yml"), filepath.Join("..", "docker-compose.ha.yml")}
 	require.NoError(t, filepath.WalkDir(k8sDir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".env")) {
 			sources = append(sources, path)
@@ -960,11 +962,12 @@ func TestPaddockVariablesAreFlags(t *testing.T) {
 				continue
 			}
 			for _, name := range re.FindAllString(line, -1) {
-				if flags[name] || slices.Contains(composeOnly, name) && strings.HasSuffix(f, "docker-compose.yml") {
+				isCompose := strings.HasSuffix(f, "docker-compose.yml") || strings.HasSuffix(f, "docker-compose.ha.yml")
+				if flags[name] || slices.Contains(composeOnly, name) && isCompose {
 					continue
 				}
 				if slices.Contains(pendingFlags, name) {
-					t.Logf("%s: %s is not a flag yet (announced for the healer's LLM)", f, name)
+					t.Logf("%s: %s is not a flag yet (pendingFlags: announced)", f, name)
 					continue
 				}
 				t.Errorf("%s: %s is no flag of paddock (cli/) (flags read PADDOCK_<FLAG>)", f, name)

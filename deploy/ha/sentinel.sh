@@ -3,13 +3,19 @@
 # volume: Sentinel rewrites the file with what it learns, the current
 # primary, the replicas and the other sentinels, and must find it again after
 # a restart). Auth is on:
-#   - clients (Paddock's services, redis-cli) must authenticate: user paddock,
-#     or AUTH with the password alone (the default user has it; neither runs
-#     without it: NOAUTH);
+#   - a client without credentials may only discover: PING, HELLO, CLIENT
+#     SETNAME, SENTINEL get-master-addr-by-name / sentinels / replicas and
+#     the event channels (+switch-master): which node is the primary, no
+#     data (the data nodes refuse it without the password). That is what a
+#     failover client needs, so Paddock's services need no Sentinel
+#     password (none may sit in a URL or the environment);
+#   - everything else (SENTINEL MASTER, SET, FAILOVER, MONITOR, REMOVE,
+#     RESET, CONFIG, ACL, SHUTDOWN...) needs user paddock and the fleet's
+#     Redis password: NOPERM without;
 #   - the sentinels authenticate to each other as paddock (sentinel-user) and
 #     to the data nodes as paddock (auth-user), with the password of the
 #     auth-redis volume.
-# The config holds the password's SHA-256 for the users and the password for
+# The config holds the password's SHA-256 for the user and the password for
 # auth-pass/sentinel-pass (0600, in the sentinel's own volume).
 set -eu
 b=/tools/busybox
@@ -26,7 +32,7 @@ if [ ! -s "$conf" ]; then
 		echo "sentinel resolve-hostnames yes"
 		echo "sentinel announce-hostnames yes"
 		echo "sentinel announce-ip $SENTINEL_NAME"
-		echo "user default on #$hash ~* &* +@all"
+		echo "user default on nopass -@all +ping +hello +client|setname +sentinel|get-master-addr-by-name +sentinel|sentinels +sentinel|replicas +sentinel|slaves +subscribe +psubscribe +unsubscribe +punsubscribe &*"
 		echo "user paddock on #$hash ~* &* +@all"
 		echo "sentinel sentinel-user paddock"
 		echo "sentinel sentinel-pass \"$pw\""

@@ -145,6 +145,7 @@ func TestComposeHA(t *testing.T) {
 	c.checkTopology(ctx, js)
 	pubs := c.watchResults(nc)
 
+	idle := c.idleRedisRate(ctx, 10*time.Second)
 	before := c.redisFootprint(ctx, nil)
 	var faults []haFault
 	faultsDone := make(chan struct{})
@@ -179,12 +180,13 @@ func TestComposeHA(t *testing.T) {
 	t.Logf("Redis per job: %.1f keys, %.0f bytes (MEMORY USAGE), %.0f bytes of used_memory; by key: %v",
 		redisPerJob.Keys, redisPerJob.Bytes, redisPerJob.UsedMemory, after.byPattern(run.jobs))
 	t.Logf("NATS per job: %v", natsBytes)
+	t.Logf("idle fleet (%d workers, 2 schedulers, 1 gateway): %.1f Redis commands/s on the primary", run.workers, idle)
 	if run.report != "" {
 		rep, _ := json.MarshalIndent(map[string]any{
 			"jobs": run.jobs, "workers": run.workers, "replicas": c.replicas, "healthy_s": healthy.Seconds(),
 			"wall_s": wall.Seconds(), "jobs_per_s": rate, "reruns": reruns, "faults": faults,
 			"redis_per_job": redisPerJob, "redis_keys_by_pattern": after.byPattern(run.jobs),
-			"nats_bytes_per_job": natsBytes, "test_s": took.Seconds(),
+			"nats_bytes_per_job": natsBytes, "idle_redis_commands_per_s": idle, "test_s": took.Seconds(),
 		}, "", "  ")
 		require.NoError(t, os.WriteFile(run.report, append(rep, '\n'), 0o644))
 	}
@@ -245,7 +247,7 @@ func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 				}
 			}
 		}
-		if len(c.containers("worker")) == workers && healthy == total && total == len(services)+workers+1 {
+		if len(c.containers("worker")) == workers && healthy == total && total == len(services)+workers {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -260,7 +262,8 @@ func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 // sentinel connects to sentinel i (0-2) as paddock with the fleet's password.
 func (c *haCompose) sentinel(i int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", c.sentinelPorts[i]),
-		Username: "paddock", Password: c.creds.redisPassword, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
+		Username: "paddock", Password: c.creds.redisPassword, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second,
+		Protocol: 2}) // RESP2: SENTINEL MASTER as a flat list (sentinelMaster)
 }
 
 // node connects to a Redis data node by its compose name, as the services do.
@@ -321,12 +324,12 @@ func (c *haCompose) checkHAAuthRequired() {
 		}
 	}
 	for i, p := range c.sentinelPorts {
-		anon := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", p)})
+		anon := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", p), Protocol: 2})
 		addr, err := anon.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", haMaster).StringSlice()
 		assert.NoError(t, err, "sentinel-%d: discovery without credentials", i+1)
 		assert.Len(t, addr, 2, "sentinel-%d: the primary's address", i+1)
 		for _, cmd := range [][]any{{"SENTINEL", "MASTER", haMaster}, {"SENTINEL", "SET", haMaster, "quorum", "1"},
-			{"SENTINEL", "FAILOVER", haMaster}, {"SENTINEL", "REMOVE", haMaster}, {"CONFIG", "GET", "*"}, {"ACL", "LIST"}} {
+			{"SENTINEL", "FAILOVER", haMaster}, {"SENTINEL", "REMOVE", haMaster}, {"SENTINEL", "CONFIG", "GET", "*"}, {"SENTINEL", "RESET", "*"}, {"ACL", "LIST"}, {"SHUTDOWN"}} {
 			err := anon.Do(ctx, cmd...).Err()
 			if assert.Error(t, err, "sentinel-%d: %v without credentials", i+1, cmd) {
 				assert.Regexp(t, `^NOPERM `, err.Error(), "sentinel-%d: %v without credentials", i+1, cmd)
@@ -801,4 +804,30 @@ func completionGaps(results []job.Result, faults []haFault, start time.Time) {
 			prev = d
 		}
 	}
+}
+
+// idleRedisRate: the commands per second the idle fleet sends the primary
+// (heartbeats, polls, rescuer scans, hold checks), over window.
+func (c *haCompose) idleRedisRate(ctx context.Context, window time.Duration) float64 {
+	c.redis = c.primaryAddr(ctx)
+	rdb := c.redisClient()
+	defer rdb.Close()
+	total := func() int64 {
+		info, err := rdb.Info(ctx, "stats").Result()
+		require.NoError(c.t, err)
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		c.t.Fatal("INFO stats: no total_commands_processed")
+		return 0
+	}
+	a, t0 := total(), time.Now()
+	// sleep: the measurement window itself (the fleet is idle meanwhile).
+	time.Sleep(window)
+	b := total()
+	// Less this client's own two INFO commands.
+	return float64(b-a-1) / time.Since(t0).Seconds()
 }

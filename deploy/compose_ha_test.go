@@ -145,7 +145,7 @@ func TestComposeHA(t *testing.T) {
 	c.checkTopology(ctx, js)
 	pubs := c.watchResults(nc)
 
-	idle := c.idleRedisRate(ctx, 10*time.Second)
+	idle, clients := c.idleRedisRate(ctx, 10*time.Second)
 	before := c.redisFootprint(ctx, nil)
 	var faults []haFault
 	faultsDone := make(chan struct{})
@@ -180,13 +180,14 @@ func TestComposeHA(t *testing.T) {
 	t.Logf("Redis per job: %.1f keys, %.0f bytes (MEMORY USAGE), %.0f bytes of used_memory; by key: %v",
 		redisPerJob.Keys, redisPerJob.Bytes, redisPerJob.UsedMemory, after.byPattern(run.jobs))
 	t.Logf("NATS per job: %v", natsBytes)
-	t.Logf("idle fleet (%d workers, 2 schedulers, 1 gateway): %.1f Redis commands/s on the primary", run.workers, idle)
+	t.Logf("idle fleet (%d workers, 2 schedulers): %.1f Redis commands/s on the primary, %d clients connected (sentinels and replica included)",
+		run.workers, idle, clients)
 	if run.report != "" {
 		rep, _ := json.MarshalIndent(map[string]any{
 			"jobs": run.jobs, "workers": run.workers, "replicas": c.replicas, "healthy_s": healthy.Seconds(),
 			"wall_s": wall.Seconds(), "jobs_per_s": rate, "reruns": reruns, "faults": faults,
 			"redis_per_job": redisPerJob, "redis_keys_by_pattern": after.byPattern(run.jobs),
-			"nats_bytes_per_job": natsBytes, "idle_redis_commands_per_s": idle, "test_s": took.Seconds(),
+			"nats_bytes_per_job": natsBytes, "idle_redis_commands_per_s": idle, "idle_redis_clients": clients, "test_s": took.Seconds(),
 		}, "", "  ")
 		require.NoError(t, os.WriteFile(run.report, append(rep, '\n'), 0o644))
 	}
@@ -807,27 +808,28 @@ func completionGaps(results []job.Result, faults []haFault, start time.Time) {
 }
 
 // idleRedisRate: the commands per second the idle fleet sends the primary
-// (heartbeats, polls, rescuer scans, hold checks), over window.
-func (c *haCompose) idleRedisRate(ctx context.Context, window time.Duration) float64 {
+// (heartbeats, polls, rescuer scans, hold checks), over window, and the
+// clients connected to it.
+func (c *haCompose) idleRedisRate(ctx context.Context, window time.Duration) (float64, int64) {
 	c.redis = c.primaryAddr(ctx)
 	rdb := c.redisClient()
 	defer rdb.Close()
-	total := func() int64 {
-		info, err := rdb.Info(ctx, "stats").Result()
+	field := func(section, name string) int64 {
+		info, err := rdb.Info(ctx, section).Result()
 		require.NoError(c.t, err)
 		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				return n
 			}
 		}
-		c.t.Fatal("INFO stats: no total_commands_processed")
+		c.t.Fatalf("INFO %s: no %s", section, name)
 		return 0
 	}
-	a, t0 := total(), time.Now()
+	a, t0 := field("stats", "total_commands_processed"), time.Now()
 	// sleep: the measurement window itself (the fleet is idle meanwhile).
 	time.Sleep(window)
-	b := total()
-	// Less this client's own two INFO commands.
-	return float64(b-a-1) / time.Since(t0).Seconds()
+	b := field("stats", "total_commands_processed")
+	// Less this client's own first INFO command.
+	return float64(b-a-1) / time.Since(t0).Seconds(), field("clients", "connected_clients")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/paddockhq/paddock/job"
 )
@@ -832,4 +834,107 @@ func (c *haCompose) idleRedisRate(ctx context.Context, window time.Duration) (fl
 	b := field("stats", "total_commands_processed")
 	// Less this client's own first INFO command.
 	return float64(b-a-1) / time.Since(t0).Seconds(), field("clients", "connected_clients")
+}
+
+// composeHAFile is the part of docker-compose.ha.yml TestComposeHAWiring reads.
+type composeHAFile struct {
+	Services map[string]struct {
+		Command     []string          `json:"command"`
+		Environment map[string]string `json:"environment"`
+		Volumes     []string          `json:"volumes"`
+		Ports       []string          `json:"ports"`
+	} `json:"services"`
+}
+
+// composeDefault is the default of a "${NAME:-default}" value (or the value).
+func composeDefault(v string) string {
+	if inner, ok := strings.CutPrefix(v, "${"); ok {
+		if _, def, ok := strings.Cut(strings.TrimSuffix(inner, "}"), ":-"); ok {
+			return def
+		}
+	}
+	return v
+}
+
+// TestComposeHAWiring: the names in docker-compose.ha.yml agree. Every
+// Paddock service lists every NATS node, schedulers and workers every
+// sentinel and the master name the sentinels watch; each NATS node has its
+// own server name and store and includes the route fragment auth-ha
+// writes; the data nodes ask every sentinel; only auth-ha mounts the
+// signing keys; every port is on 127.0.0.1. TestComposeHA runs it.
+func TestComposeHAWiring(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "docker-compose.ha.yml"))
+	require.NoError(t, err)
+	var cf composeHAFile
+	require.NoError(t, yaml.Unmarshal(raw, &cf))
+	var nodes, sentinels, natsURLs, sentinelAddrs []string
+	stores := map[string]string{"nats": "nats-data"} // docker-compose.yml's
+	for name, svc := range cf.Services {
+		if svc.Environment["NATS_SERVER_NAME"] != "" {
+			nodes = append(nodes, name)
+			assert.Equal(t, name, svc.Environment["NATS_SERVER_NAME"], "%s: server name", name)
+			assert.Equal(t, []string{"--config", "/etc/nats/paddock-ha.conf"}, svc.Command, "%s: command", name)
+			assert.Contains(t, svc.Volumes, "./deploy/ha/nats-ha.conf:/etc/nats/paddock-ha.conf:ro", name)
+			for _, v := range svc.Volumes {
+				if src, dst, _ := strings.Cut(v, ":"); dst == "/data" {
+					stores[name] = src
+				}
+			}
+		}
+		if svc.Environment["SENTINEL_NAME"] != "" {
+			sentinels = append(sentinels, name)
+			assert.Equal(t, name, svc.Environment["SENTINEL_NAME"], "%s: announced name", name)
+		}
+		for _, p := range svc.Ports {
+			assert.True(t, strings.HasPrefix(p, "127.0.0.1:"), "%s: port %s beyond 127.0.0.1", name, p)
+		}
+		for _, v := range svc.Volumes {
+			if src, _, _ := strings.Cut(v, ":"); src == "auth" {
+				assert.Equal(t, "auth-ha", name, "%s mounts the signing keys", name)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	slices.Sort(sentinels)
+	require.Equal(t, []string{"nats", "nats-2", "nats-3"}, nodes)
+	require.Len(t, sentinels, 3)
+	for _, n := range nodes {
+		natsURLs = append(natsURLs, "nats://"+n+":4222")
+		for m, s := range stores {
+			assert.True(t, m == n || s != stores[n], "%s and %s share the store %s", m, n, s)
+		}
+	}
+	for _, s := range sentinels {
+		sentinelAddrs = append(sentinelAddrs, s+":26379")
+	}
+	wantRedis := "redis+sentinel://" + strings.Join(sentinelAddrs, ",") + "/" + haMaster
+	for _, name := range []string{"scheduler", "worker", "gateway", "dev-tenant", "admin"} {
+		env := cf.Services[name].Environment
+		assert.Equal(t, strings.Join(natsURLs, ","), composeDefault(env["PADDOCK_NATS_URL"]), "%s: every NATS node", name)
+		assert.Equal(t, "3", composeDefault(env["PADDOCK_REPLICAS"]), "%s: replicas", name)
+		if name == "scheduler" || name == "worker" {
+			assert.Equal(t, wantRedis, composeDefault(env["PADDOCK_REDIS_URL"]), "%s: the sentinels", name)
+		}
+	}
+	assert.Equal(t, strings.Join(nodes, " "), cf.Services["auth-ha"].Environment["NATS_NODES"], "auth-ha: the route URLs")
+	for _, name := range []string{"redis", "redis-2"} {
+		env := cf.Services[name].Environment
+		assert.Equal(t, name, env["REDIS_NODE"], name)
+		assert.Equal(t, strings.Join(sentinelAddrs, " "), env["SENTINELS"], "%s: asks every sentinel", name)
+		assert.Equal(t, haMaster, env["REDIS_MASTER_NAME"], name)
+		assert.Equal(t, "redis", env["REDIS_PRIMARY"], name)
+	}
+	for _, name := range sentinels {
+		assert.Equal(t, haMaster, cf.Services[name].Environment["REDIS_MASTER_NAME"], name)
+		assert.Equal(t, "redis", cf.Services[name].Environment["REDIS_PRIMARY"], name)
+	}
+	conf, err := os.ReadFile(filepath.Join("ha", "nats-ha.conf"))
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^include "paddock.conf"`, string(conf), "nats-ha.conf includes nats.conf (mounted as paddock.conf)")
+	assert.Regexp(t, `(?m)^\s+include "auth/nats-routes.conf"`, string(conf), "nats-ha.conf includes the route fragment")
+	script, err := os.ReadFile(filepath.Join("ha", "auth-ha.sh"))
+	require.NoError(t, err)
+	assert.Contains(t, string(script), "/to/nats/nats-routes.conf", "auth-ha writes the route fragment")
+	assert.Contains(t, cf.Services["auth-ha"].Volumes, "auth-nats:/to/nats")
 }

@@ -227,12 +227,16 @@ func haBatch(n int) []byte {
 }
 
 // waitAllHealthy waits until every long-running service of the HA file and
-// docker-compose.yml is healthy.
+// docker-compose.yml is healthy. A service that exits meanwhile is
+// restarted by its policy and logged, not failed: on a loaded machine a
+// fresh cluster may not create a replicated stream in a scheduler's first
+// start-up deadline.
 func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 	c.t.Helper()
 	services := []string{"scheduler", "worker", "gateway", "redis", "redis-2", "sentinel-1", "sentinel-2", "sentinel-3"}
 	services = append(services, c.natsNodes...)
 	deadline := time.Now().Add(timeout)
+	restarted := map[string]bool{}
 	for {
 		healthy, total := 0, 0
 		var bad []string
@@ -243,8 +247,11 @@ func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 				case strings.Contains(ct.status, "(healthy)"):
 					healthy++
 				case strings.HasPrefix(ct.status, "Restarting"), strings.HasPrefix(ct.status, "Exited"):
-					c.dumpLogs()
-					c.t.Fatalf("%s: %s", ct.name, ct.status)
+					if !restarted[ct.name] {
+						c.t.Logf("%s restarts during start-up: %s", ct.name, ct.status)
+						restarted[ct.name] = true
+					}
+					bad = append(bad, ct.name+": "+ct.status)
 				default:
 					bad = append(bad, ct.name+": "+ct.status)
 				}
@@ -516,38 +523,54 @@ func (c *haCompose) noteJobBytes(b uint64) {
 	c.jobMu.Unlock()
 }
 
-func (c *haCompose) kill(service string) string {
+// kill docker-kills the service's one container. It returns the container
+// and when the kill was asked: recoveries are timed from then (an upper
+// bound: `docker kill` itself takes a while on a loaded engine).
+func (c *haCompose) kill(service string) (string, time.Time) {
 	cts := c.containers(service)
 	require.Len(c.t, cts, 1, "one container of %s", service)
+	at := time.Now()
 	out, err := c.cmd(time.Minute, "docker", "kill", cts[0].id)
 	assert.NoError(c.t, err, "docker kill %s: %s", service, out)
-	return cts[0].id
+	c.t.Logf("docker kill %s took %s", service, time.Since(at).Round(time.Millisecond))
+	return cts[0].id, at
 }
 
 // killNATSLeader docker-kills the node that leads the jobs stream (the
 // restart policy leaves it dead) and waits for another node to lead it.
 func (c *haCompose) killNATSLeader(ctx context.Context, js jetstream.JetStream, start time.Time) haFault {
-	f := haFault{What: "kill -9 the NATS node leading " + job.JobsStream("dev"), Recovered: "a new stream leader"}
-	leader := func() string {
+	f := haFault{What: "kill -9 the NATS node leading " + job.JobsStream("dev"),
+		Recovered: "another node leads the stream and sees the victim offline"}
+	// info is the stream's cluster view: its leader, and whether victim is
+	// among its replicas and marked offline or not current.
+	info := func(victim string) (leader string, victimGone bool) {
 		st, err := js.Stream(ctx, job.JobsStream("dev"))
 		if err != nil {
-			return ""
+			return "", false
 		}
-		info, err := st.Info(ctx)
-		if err != nil || info.Cluster == nil {
-			return ""
+		in, err := st.Info(ctx)
+		if err != nil || in.Cluster == nil {
+			return "", false
 		}
-		return info.Cluster.Leader
+		for _, p := range in.Cluster.Replicas {
+			if p.Name == victim && (p.Offline || !p.Current) {
+				victimGone = true
+			}
+		}
+		return in.Cluster.Leader, victimGone
 	}
-	for f.Victim = leader(); f.Victim == "" && ctx.Err() == nil; f.Victim = leader() {
+	for f.Victim, _ = info(""); f.Victim == "" && ctx.Err() == nil; f.Victim, _ = info("") {
 		// sleep: the interval of this poll, bounded by ctx.
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.Contains(c.t, c.natsNodes, f.Victim, "the jobs stream's leader is a node of this fleet")
-	f.container = c.kill(f.Victim)
-	killed := time.Now()
+	var killed time.Time
+	f.container, killed = c.kill(f.Victim)
 	f.AtS = killed.Sub(start).Seconds()
-	for l := leader(); (l == "" || l == f.Victim) && ctx.Err() == nil; l = leader() {
+	for ctx.Err() == nil {
+		if l, gone := info(f.Victim); l != "" && l != f.Victim && gone {
+			break
+		}
 		// sleep: the interval of this poll, bounded by ctx.
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -562,8 +585,8 @@ func (c *haCompose) killPrimary(ctx context.Context, start time.Time) haFault {
 	var err error
 	f.Victim, err = c.primary(ctx)
 	require.NoError(c.t, err)
-	f.container = c.kill(f.Victim)
-	killed := time.Now()
+	var killed time.Time
+	f.container, killed = c.kill(f.Victim)
 	f.AtS = killed.Sub(start).Seconds()
 	for ctx.Err() == nil {
 		if p, err := c.primary(ctx); err == nil && p != f.Victim {

@@ -3,9 +3,12 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -40,6 +43,8 @@ type haCompose struct {
 	natsPorts     map[string]int // node → published client port
 	redisPorts    map[string]int // data node (redis, redis-2) → published port
 	sentinelPorts []int
+	net           string            // HA_NET: the network is net.0/24
+	ips           map[string]string // service → its fixed address
 
 	jobMu       sync.Mutex
 	maxJobBytes uint64 // the largest mean submission the jobs stream held
@@ -98,6 +103,13 @@ func newHACompose(t *testing.T, run haRun) *haCompose {
 		c.env = append(c.env, fmt.Sprintf("SENTINEL_%d_PORT=%d", i, p))
 	}
 	c.env = append(c.env, "PADDOCK_REPLICAS="+strconv.Itoa(c.replicas))
+	c.net = freeNet(t)
+	c.env = append(c.env, "HA_NET="+c.net)
+	c.ips = map[string]string{}
+	for svc, host := range map[string]int{"nats": 11, "nats-2": 12, "nats-3": 13, "redis": 21, "redis-2": 22,
+		"sentinel-1": 31, "sentinel-2": 32, "sentinel-3": 33} {
+		c.ips[svc] = fmt.Sprintf("%s.%d", c.net, host)
+	}
 	// What a run that died before its cleanup left of THIS project only.
 	if out, err := c.compose.compose(5*time.Minute, "down", "-v", "--timeout", "10"); err != nil {
 		t.Logf("docker-compose -p %s down (before): %v\n%s", haProject, err, out)
@@ -282,7 +294,8 @@ func (c *haCompose) node(name string) *redis.Client {
 		Username: "paddock", Password: c.creds.redisPassword, DialTimeout: 2 * time.Second})
 }
 
-// primary asks the sentinels, in turn, which data node is the primary.
+// primary asks the sentinels, in turn, which data node is the primary,
+// and returns its service name.
 func (c *haCompose) primary(ctx context.Context) (string, error) {
 	var last error
 	for i := range c.sentinelPorts {
@@ -290,11 +303,33 @@ func (c *haCompose) primary(ctx context.Context) (string, error) {
 		addr, err := s.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", haMaster).StringSlice()
 		s.Close()
 		if err == nil && len(addr) == 2 {
-			return addr[0], nil
+			for _, n := range []string{"redis", "redis-2"} {
+				if c.ips[n] == addr[0] {
+					return n, nil
+				}
+			}
+			return "", fmt.Errorf("sentinel-%d names %s, no data node's address", i+1, addr[0])
 		}
 		last = fmt.Errorf("sentinel-%d: %v %v", i+1, addr, err)
 	}
 	return "", last
+}
+
+// freeNet picks a 10.232.X /24 that no route of this host (another
+// network, another engineer's namespaces) uses.
+func freeNet(t *testing.T) string {
+	out, err := exec.Command("ip", "-4", "route").CombinedOutput()
+	require.NoError(t, err, "ip route: %s", out)
+	for range 100 {
+		b := make([]byte, 1)
+		_, _ = rand.Read(b)
+		n := fmt.Sprintf("10.232.%d", 1+int(b[0])%250)
+		if !strings.Contains(string(out), n+".") {
+			return n
+		}
+	}
+	t.Fatal("no free 10.232.X.0/24")
+	return ""
 }
 
 // primaryAddr is the published address of the current primary.
@@ -382,7 +417,7 @@ func (c *haCompose) checkTopology(ctx context.Context, js jetstream.JetStream) {
 			if !assert.NoError(ct, err, "sentinel-%d", i+1) {
 				continue
 			}
-			assert.Equal(ct, "redis", m["ip"], "sentinel-%d: the first primary (by its compose name)", i+1)
+			assert.Equal(ct, c.ips["redis"], m["ip"], "sentinel-%d: the first primary", i+1)
 			assert.Equal(ct, "master", m["flags"], "sentinel-%d: flags", i+1)
 			assert.Equal(ct, "1", m["num-slaves"], "sentinel-%d: replicas", i+1)
 			assert.Equal(ct, "2", m["num-other-sentinels"], "sentinel-%d: the other sentinels", i+1)
@@ -393,7 +428,7 @@ func (c *haCompose) checkTopology(ctx context.Context, js jetstream.JetStream) {
 		r.Close()
 		assert.NoError(ct, err)
 		assert.Contains(ct, info, "role:slave", "redis-2")
-		assert.Contains(ct, info, "master_host:redis\r", "redis-2 replicates redis")
+		assert.Contains(ct, info, "master_host:"+c.ips["redis"]+"\r", "redis-2 replicates redis")
 		assert.Contains(ct, info, "master_link_status:up", "redis-2")
 	}, time.Minute, 500*time.Millisecond, "Sentinel formed")
 
@@ -618,7 +653,7 @@ func (c *haCompose) rejoin(ctx context.Context, js jetstream.JetStream, faults [
 				r.Close()
 				assert.NoError(ct, err)
 				assert.Contains(ct, info, "role:slave", "%s came back as a replica", f.Victim)
-				assert.Contains(ct, info, "master_host:"+p+"\r", "%s replicates the new primary", f.Victim)
+				assert.Contains(ct, info, "master_host:"+c.ips[p]+"\r", "%s replicates the new primary %s", f.Victim, p)
 				assert.Contains(ct, info, "master_link_status:up", f.Victim)
 			}, 2*time.Minute, 500*time.Millisecond, "the old primary rejoins")
 		} else {
@@ -778,10 +813,9 @@ func (c *haCompose) redisFootprint(ctx context.Context, results []job.Result) fo
 		f.patterns = nil
 	} else {
 		// Keep the patterns a job makes (at least a tenth of the jobs).
-		maps := f.patterns
-		for p, v := range maps {
+		for p, v := range f.patterns {
 			if v[0] < int64(len(results)/10) {
-				delete(maps, p)
+				delete(f.patterns, p)
 			}
 		}
 	}
@@ -866,6 +900,9 @@ type composeHAFile struct {
 		Environment map[string]string `json:"environment"`
 		Volumes     []string          `json:"volumes"`
 		Ports       []string          `json:"ports"`
+		Networks    map[string]struct {
+			IPv4Address string `json:"ipv4_address"`
+		} `json:"networks"`
 	} `json:"services"`
 }
 
@@ -879,21 +916,30 @@ func composeDefault(v string) string {
 	return v
 }
 
-// TestComposeHAWiring: the names in docker-compose.ha.yml agree. Every
-// Paddock service lists every NATS node, schedulers and workers every
-// sentinel and the master name the sentinels watch; each NATS node has its
-// own server name and store and includes the route fragment auth-ha
-// writes; the data nodes ask every sentinel; only auth-ha mounts the
-// signing keys; every port is on 127.0.0.1. TestComposeHA runs it.
+// TestComposeHAWiring: the names and addresses in docker-compose.ha.yml
+// agree. Every shared service has a fixed address below the dynamic range;
+// every Paddock service lists every NATS node by it, schedulers and
+// workers every sentinel and the master name the sentinels watch; each
+// NATS node has its own server name and store and includes the route
+// fragment auth-ha writes for every node; the data nodes know their own
+// address and ask every sentinel; only auth-ha mounts the signing keys;
+// every port is on 127.0.0.1. TestComposeHA runs it.
 func TestComposeHAWiring(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join("..", "docker-compose.ha.yml"))
 	require.NoError(t, err)
 	var cf composeHAFile
 	require.NoError(t, yaml.Unmarshal(raw, &cf))
-	var nodes, sentinels, natsURLs, sentinelAddrs []string
+	var nodes, sentinels, natsURLs, natsIPs, sentinelAddrs []string
 	stores := map[string]string{"nats": "nats-data"} // docker-compose.yml's
+	ip := map[string]string{}
 	for name, svc := range cf.Services {
+		if a := svc.Networks["default"].IPv4Address; a != "" {
+			ip[name] = a
+			host, _ := strconv.Atoi(a[strings.LastIndex(a, ".")+1:])
+			assert.True(t, strings.HasPrefix(a, "${HA_NET:-") && host > 0 && host < 128,
+				"%s: %s is not HA_NET.N below the dynamic range (.128/25)", name, a)
+		}
 		if svc.Environment["NATS_SERVER_NAME"] != "" {
 			nodes = append(nodes, name)
 			assert.Equal(t, name, svc.Environment["NATS_SERVER_NAME"], "%s: server name", name)
@@ -923,13 +969,15 @@ func TestComposeHAWiring(t *testing.T) {
 	require.Equal(t, []string{"nats", "nats-2", "nats-3"}, nodes)
 	require.Len(t, sentinels, 3)
 	for _, n := range nodes {
-		natsURLs = append(natsURLs, "nats://"+n+":4222")
-		for m, s := range stores {
-			assert.True(t, m == n || s != stores[n], "%s and %s share the store %s", m, n, s)
-		}
+		require.NotEmpty(t, ip[n], "%s: no fixed address", n)
+		natsURLs = append(natsURLs, "nats://"+ip[n]+":4222")
+		natsIPs = append(natsIPs, ip[n])
 	}
+	assert.Len(t, slices.Compact(slices.Sorted(maps.Values(stores))), len(nodes), "a store per NATS node: %v", stores)
 	for _, s := range sentinels {
-		sentinelAddrs = append(sentinelAddrs, s+":26379")
+		require.NotEmpty(t, ip[s], "%s: no fixed address", s)
+		sentinelAddrs = append(sentinelAddrs, ip[s]+":26379")
+		assert.Equal(t, ip[s], cf.Services[s].Environment["SENTINEL_IP"], "%s: announced address", s)
 	}
 	wantRedis := "redis+sentinel://" + strings.Join(sentinelAddrs, ",") + "/" + haMaster
 	for _, name := range []string{"scheduler", "worker", "gateway", "dev-tenant", "admin"} {
@@ -940,18 +988,26 @@ func TestComposeHAWiring(t *testing.T) {
 			assert.Equal(t, wantRedis, composeDefault(env["PADDOCK_REDIS_URL"]), "%s: the sentinels", name)
 		}
 	}
-	assert.Equal(t, strings.Join(nodes, " "), cf.Services["auth-ha"].Environment["NATS_NODES"], "auth-ha: the route URLs")
+	assert.Equal(t, strings.Join(natsIPs, " "), cf.Services["auth-ha"].Environment["NATS_NODES"], "auth-ha: the route URLs")
 	for _, name := range []string{"redis", "redis-2"} {
 		env := cf.Services[name].Environment
 		assert.Equal(t, name, env["REDIS_NODE"], name)
+		assert.Equal(t, ip[name], env["REDIS_NODE_IP"], "%s: its own address", name)
 		assert.Equal(t, strings.Join(sentinelAddrs, " "), env["SENTINELS"], "%s: asks every sentinel", name)
 		assert.Equal(t, haMaster, env["REDIS_MASTER_NAME"], name)
-		assert.Equal(t, "redis", env["REDIS_PRIMARY"], name)
+		assert.Equal(t, ip["redis"], env["REDIS_PRIMARY"], name)
 	}
 	for _, name := range sentinels {
 		assert.Equal(t, haMaster, cf.Services[name].Environment["REDIS_MASTER_NAME"], name)
-		assert.Equal(t, "redis", cf.Services[name].Environment["REDIS_PRIMARY"], name)
+		assert.Equal(t, ip["redis"], cf.Services[name].Environment["REDIS_PRIMARY"], name)
 	}
+	checkHAConfFiles(t)
+	assert.Contains(t, cf.Services["auth-ha"].Volumes, "auth-nats:/to/nats")
+}
+
+// checkHAConfFiles: nats-ha.conf includes nats.conf and the route fragment
+// that auth-ha.sh writes.
+func checkHAConfFiles(t *testing.T) {
 	conf, err := os.ReadFile(filepath.Join("ha", "nats-ha.conf"))
 	require.NoError(t, err)
 	assert.Regexp(t, `(?m)^include "paddock.conf"`, string(conf), "nats-ha.conf includes nats.conf (mounted as paddock.conf)")
@@ -959,5 +1015,4 @@ func TestComposeHAWiring(t *testing.T) {
 	script, err := os.ReadFile(filepath.Join("ha", "auth-ha.sh"))
 	require.NoError(t, err)
 	assert.Contains(t, string(script), "/to/nats/nats-routes.conf", "auth-ha writes the route fragment")
-	assert.Contains(t, cf.Services["auth-ha"].Volumes, "auth-nats:/to/nats")
 }

@@ -2,8 +2,10 @@
 # by /tools/busybox sh with the redis-server command line as its arguments
 # (the durability settings live there, as in docker-compose.yml).
 #
-# Each start it writes /data/redis-ha.conf (0600: it holds the password
-# replication authenticates with) and decides its role:
+# Nodes are known by their fixed addresses (REDIS_NODE_IP, REDIS_PRIMARY,
+# SENTINELS; docker-compose.ha.yml says why not names). Each start it writes
+# /data/redis-ha.conf (0600: it holds the password replication
+# authenticates with) and decides its role:
 #   - it asks the sentinels ($SENTINELS) who the primary of $REDIS_MASTER_NAME
 #     is; if one answers with another node, it starts as that node's replica
 #     (an old primary coming back after a failover rejoins as a replica, with
@@ -15,7 +17,7 @@
 # of this file).
 set -eu
 b=/tools/busybox
-me=$REDIS_NODE
+me=$REDIS_NODE_IP
 pw=$($b tr -d '\n' </etc/redis/auth/redis.password)
 export REDISCLI_AUTH="$pw"
 
@@ -39,8 +41,7 @@ unset REDISCLI_AUTH
 conf=/data/redis-ha.conf
 tmp=$($b mktemp "$conf.XXXXXX")
 {
-	# Announce the compose name, not the container address (which changes
-	# when the container is recreated): the sentinels resolve it.
+	# The fixed address, whatever the replica's connection comes from.
 	echo "replica-announce-ip $me"
 	echo "masteruser paddock"
 	echo "masterauth \"$pw\""
@@ -51,5 +52,5 @@ tmp=$($b mktemp "$conf.XXXXXX")
 $b chmod 0600 "$tmp"
 $b mv -f "$tmp" "$conf"
 [ "${1:-}" = redis-server ] && shift
-echo "redis-node: $me starts as $([ "$primary" = "$me" ] && echo primary || echo "replica of $primary")"
+echo "redis-node: $REDIS_NODE ($me) starts as $([ "$primary" = "$me" ] && echo primary || echo "replica of $primary")"
 exec redis-server "$conf" "$@"

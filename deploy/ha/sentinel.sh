@@ -27,11 +27,8 @@ if [ ! -s "$conf" ]; then
 	{
 		echo "port 26379"
 		echo "dir /data"
-		# Names, not addresses: compose's names survive a container's
-		# recreation, its addresses do not.
-		echo "sentinel resolve-hostnames yes"
-		echo "sentinel announce-hostnames yes"
-		echo "sentinel announce-ip $SENTINEL_NAME"
+		# Fixed addresses, no names (docker-compose.ha.yml says why).
+		echo "sentinel announce-ip $SENTINEL_IP"
 		echo "user default on nopass -@all +ping +hello +client|setname +sentinel|get-master-addr-by-name +sentinel|sentinels +sentinel|replicas +sentinel|slaves +subscribe +psubscribe +unsubscribe +punsubscribe &*"
 		echo "user paddock on #$hash ~* &* +@all"
 		echo "sentinel sentinel-user paddock"
@@ -45,7 +42,7 @@ if [ ! -s "$conf" ]; then
 	} >"$tmp"
 	$b chmod 0600 "$tmp"
 	$b mv -f "$tmp" "$conf"
-	echo "sentinel: $SENTINEL_NAME watches $REDIS_MASTER_NAME, first primary $REDIS_PRIMARY, quorum $SENTINEL_QUORUM"
+	echo "sentinel: $SENTINEL_NAME ($SENTINEL_IP) watches $REDIS_MASTER_NAME, first primary $REDIS_PRIMARY, quorum $SENTINEL_QUORUM"
 else
 	echo "sentinel: $SENTINEL_NAME keeps $conf (what it learnt: the primary, replicas, sentinels)"
 fi

@@ -911,25 +911,39 @@ func assertMountedPath(t *testing.T, c *corev1.Container, path, what string) {
 
 // pendingFlags are variables the manifests document for flags that are
 // announced but not wired into the CLI (cli/) yet (the healer's LLM settings).
-// PADDOCK_REPLICAS (--replicas) is issue 27's, on its way (docker-compose.ha.yml
-// uses it); remove it here once cli/ has the flag.
-var pendingFlags = []string{"PADDOCK_LLM_API_KEY", "PADDOCK_LLM_URL", "PADDOCK_LLM_MODEL", "PADDOCK_REPLICAS"}
+var pendingFlags = []string{"PADDOCK_LLM_API_KEY", "PADDOCK_LLM_URL", "PADDOCK_LLM_MODEL"}
 
 // paddockFlags lists the PADDOCK_<FLAG> names of every flag of the CLI (cli/).
 func paddockFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "cli", "*.go"))
 	require.NoError(t, err)
-	re := regexp.MustCompile(`\.(?:String|StringSlice|StringArray|Int|Int64|Float64|Bool|Duration)(?:Var)?P?\(\s*&?[^,]*,\s*"([a-z0-9-]+)"`)
+	// A flag's name is a string literal or a string constant of cli/.
+	re := regexp.MustCompile(`\.(?:String|StringSlice|StringArray|Int|Int64|Float64|Bool|Duration)(?:Var)?P?\(\s*&?[^,]*,\s*(?:"([a-z0-9-]+)"|([A-Za-z_]\w*)\s*,)`)
+	constRe := regexp.MustCompile(`(?m)^\s*(?:const\s+)?([A-Za-z_]\w*)\s*=\s*"([a-z0-9-]+)"\s*$`)
 	flags := map[string]bool{}
+	consts := map[string]string{}
+	var named []string
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
+		for _, m := range constRe.FindAllSubmatch(src, -1) {
+			consts[string(m[1])] = string(m[2])
+		}
 		for _, m := range re.FindAllSubmatch(src, -1) {
-			flags["PADDOCK_"+strings.ToUpper(strings.ReplaceAll(string(m[1]), "-", "_"))] = true
+			if len(m[1]) > 0 {
+				flags["PADDOCK_"+strings.ToUpper(strings.ReplaceAll(string(m[1]), "-", "_"))] = true
+			} else {
+				named = append(named, string(m[2]))
+			}
+		}
+	}
+	for _, c := range named {
+		if v, ok := consts[c]; ok {
+			flags["PADDOCK_"+strings.ToUpper(strings.ReplaceAll(v, "-", "_"))] = true
 		}
 	}
 	require.Contains(t, flags, "PADDOCK_NATS_URL", "flag scan of cli/ found nothing: update the pattern")

@@ -147,7 +147,7 @@ compose-ha-up: images-deploy compose-tool ## Start the HA compose fleet (3 NATS,
 compose-ha-down: compose-tool ## Stop the HA compose fleet (volumes kept; add -v by hand to drop them)
 	$(COMPOSE_HA) down --timeout 90
 
-test-compose-ha: setup compose-tool ## HA compose test: 200 jobs, the jobs stream's NATS leader and the Redis primary killed mid-run (~5 min)
+test-compose-ha: setup compose-tool ## HA compose test: 200 jobs, the jobs stream's NATS leader and the Redis primary killed mid-run (~7-8 min)
 	@scripts/build-images.sh test sandbox nats redis
 	PADDOCK_IMAGE=$(PADDOCK_HA_IMAGE) scripts/build-images.sh paddock
 	PADDOCK_IMAGE=$(PADDOCK_HA_IMAGE) PADDOCK_COMPOSE_HA=1 PADDOCK_COMPOSE_JOBS=$${PADDOCK_COMPOSE_JOBS:-200} \

@@ -536,15 +536,22 @@ func (c *haCompose) injectFaults(ctx context.Context, js jetstream.JetStream, ru
 // notes the largest submission the jobs stream held meanwhile.
 func (c *haCompose) waitResults(ctx context.Context, js jetstream.JetStream, n int) bool {
 	for ctx.Err() == nil {
-		if st, err := js.Stream(ctx, job.JobsStream("dev")); err == nil {
-			if info, err := st.Info(ctx); err == nil && info.State.Msgs > 0 {
+		// Each poll its own deadline (see killNATSLeader).
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if st, err := js.Stream(pctx, job.JobsStream("dev")); err == nil {
+			if info, err := st.Info(pctx); err == nil && info.State.Msgs > 0 {
 				c.noteJobBytes(info.State.Bytes / info.State.Msgs)
 			}
 		}
-		if st, err := js.Stream(ctx, job.ResultsStream("dev")); err == nil {
-			if info, err := st.Info(ctx); err == nil && info.State.Msgs >= uint64(n) {
-				return true
+		done := false
+		if st, err := js.Stream(pctx, job.ResultsStream("dev")); err == nil {
+			if info, err := st.Info(pctx); err == nil && info.State.Msgs >= uint64(n) {
+				done = true
 			}
+		}
+		cancel()
+		if done {
+			return true
 		}
 		// sleep: the interval of this poll, bounded by ctx.
 		time.Sleep(200 * time.Millisecond)
@@ -580,6 +587,10 @@ func (c *haCompose) killNATSLeader(ctx context.Context, js jetstream.JetStream, 
 	// over when the kill returns.
 	f := haFault{What: "kill -9 the NATS node leading " + job.JobsStream("dev"), Recovered: "another node leads the stream"}
 	leader := func() string {
+		// Each poll its own deadline: a request sent while the connection
+		// moves off the dead node gets no answer.
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		st, err := js.Stream(ctx, job.JobsStream("dev"))
 		if err != nil {
 			return ""

@@ -133,11 +133,26 @@ func TestRedisSentinelFailoverMidBatch(t *testing.T) {
 	t.Logf("%d jobs, each one result; %d ran again after an infrastructure fault; longest gap between completions from the kill on: %s; all done %s after the kill",
 		len(ids), reruns, gap.Round(100*time.Millisecond), time.Since(t0).Round(100*time.Millisecond))
 	assert.False(t, w1.exited() || w2.exited(), "the workers rode the failover out")
+	f.logTailsIf(gap > 15*time.Second, "a long gap")
 
 	// The old primary comes back as a replica; the fleet goes on.
 	ha.Restart(old)
 	ids2 := f.submitAll(specs("fo-back", 4, "echo back %d"), time.Minute)
 	f.checkOneResult(ids2, time.Now(), time.Minute)
+}
+
+// logTailsIf logs the last lines of every process when cond holds (a
+// passing test whose numbers want explaining).
+func (f *fleet) logTailsIf(cond bool, why string) {
+	if !cond {
+		return
+	}
+	f.mu.Lock()
+	procs := f.procs
+	f.mu.Unlock()
+	for _, p := range procs {
+		f.t.Logf("---- %s (%s) last lines:\n%s", p.name, why, p.tail(60))
+	}
 }
 
 // finished counts the ids with a stored result.
@@ -159,4 +174,59 @@ func (f *fleet) finished(ids []string) int {
 		}
 	}
 	return c
+}
+
+// TestNATSClusterLeaderLossMidBatch: a scheduler and two workers with
+// --replicas 3 on a 3-node JetStream cluster. Every stream and bucket the
+// fleet makes is R3 (read from StreamInfo); while a batch runs, the server
+// leading the jobs stream is shut down. The stream elects another leader,
+// the processes reconnect to the other servers, and every job ends with
+// exactly one terminal result.
+func TestNATSClusterLeaderLossMidBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of NATS cluster failover; run without -short")
+	}
+	t.Parallel()
+	c := testsvc.StartNATSCluster(t, 3)
+	rs := testsvc.StartRedis(t)
+	f := newHAFleet(t, "unix://"+rs.Addr, c.URL(), 3)
+	f.scheduler("sched", "--replicas", "3")
+	f.worker("w1", "--replicas", "3")
+	f.worker("w2", "--replicas", "3")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(f.nc)
+	require.NoError(t, err)
+	tn := job.DefaultTenant
+	for _, name := range []string{job.JobsStream(tn), job.ResultsStream(tn), job.OutputStream(tn),
+		"OBJ_" + job.OutBucket(tn), "OBJ_" + job.InBucket(tn), "KV_PADDOCK_TENANTS", "KV_paddock_tokens"} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err, name)
+		assert.Equal(t, 3, st.CachedInfo().Config.Replicas, "%s at R3", name)
+	}
+
+	const n = 40
+	ids := f.submitAll(specs("nc", n, "sleep 0.5; echo %d"), time.Minute)
+	f.waitFor(2*time.Minute, "a quarter of the batch done", func() bool { return f.finished(ids) >= n/4 })
+	st, err := js.Stream(ctx, job.JobsStream(tn))
+	require.NoError(t, err)
+	leader := c.Index(st.CachedInfo().Cluster.Leader)
+	require.GreaterOrEqual(t, leader, 0, "the jobs stream's leader %q is a server of the cluster", st.CachedInfo().Cluster.Leader)
+	t0 := time.Now()
+	c.Shutdown(leader)
+	t.Logf("shut down %s, leader of %s, with %d/%d jobs done", c.ServerName(leader), job.JobsStream(tn), f.finished(ids), n)
+	ids = append(ids, f.submitAll(specs("nc-after", 8, "echo after %d"), time.Minute)...)
+
+	reruns, gap := f.checkOneResult(ids, t0, 3*time.Minute)
+	t.Logf("%d jobs, each one result; %d ran again; longest gap between completions from the shutdown on: %s; all done %s after it",
+		len(ids), reruns, gap.Round(100*time.Millisecond), time.Since(t0).Round(100*time.Millisecond))
+	f.logTailsIf(gap > 15*time.Second, "a long gap")
+	st, err = js.Stream(ctx, job.JobsStream(tn))
+	require.NoError(t, err)
+	assert.NotEqual(t, c.ServerName(leader), st.CachedInfo().Cluster.Leader, "another server leads the stream")
+
+	c.Restart(leader) // the node rejoins; the fleet goes on
+	ids2 := f.submitAll(specs("nc-back", 4, "echo back %d"), time.Minute)
+	f.checkOneResult(ids2, time.Now(), time.Minute)
 }

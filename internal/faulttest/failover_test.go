@@ -3,6 +3,8 @@ package faulttest
 import (
 	"context"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +231,60 @@ func TestNATSClusterLeaderLossMidBatch(t *testing.T) {
 	c.Restart(leader) // the node rejoins; the fleet goes on
 	ids2 := f.submitAll(specs("nc-back", 4, "echo back %d"), time.Minute)
 	f.checkOneResult(ids2, time.Now(), time.Minute)
+}
+
+// TestRedisFailoverLostTaskComesBack: a write the replica never got. The
+// replica is frozen (SIGSTOP) until the primary drops it; jobs submitted
+// then are enqueued on the primary alone; the primary is killed and the
+// frozen replica, resumed, is promoted without their tasks. The
+// scheduler still holds their submissions: its hold check finds the
+// tasks gone and hands the submissions back, they are scheduled again,
+// and a worker started after the failover runs each once.
+func TestRedisFailoverLostTaskComesBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of Sentinel failover; run without -short")
+	}
+	t.Parallel()
+	ha := testsvc.StartRedisHA(t, testsvc.RedisHAConfig{Auth: true})
+	ns := testsvc.StartNATS(t)
+	f := newHAFleet(t, ha.URL(), ns.URL, 0)
+	f.scheduler("sched")
+	ctx := context.Background()
+	primary, replica := ha.Primary(ctx), ha.Nodes[1]
+	pc := ha.NodeClient(primary)
+	defer pc.Close()
+	require.NoError(t, pc.ConfigSet(ctx, "repl-timeout", "2").Err())
+
+	replica.Signal(syscall.SIGSTOP)
+	f.waitFor(30*time.Second, "the primary dropping its frozen replica", func() bool {
+		info, err := pc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:0")
+	})
+	const n = 6
+	ids := f.submitAll(specs("lost", n, "echo lost %d"), time.Minute)
+	f.waitFor(30*time.Second, "the tasks on the primary alone", func() bool {
+		for _, id := range ids {
+			if c, err := pc.Exists(ctx, "asynq:{default}:t:"+job.Key("", id)).Result(); err != nil || c == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	primary.Kill()
+	replica.Signal(syscall.SIGCONT)
+	promoted := ha.WaitMaster(primary.Addr(), time.Minute)
+	require.Equal(t, replica.Addr(), promoted)
+	rc := ha.NodeClient(replica)
+	defer rc.Close()
+	for _, id := range ids {
+		c, err := rc.Exists(ctx, "asynq:{default}:t:"+job.Key("", id)).Result()
+		require.NoError(t, err)
+		require.Zero(t, c, "%s: the promoted replica has the task: nothing was lost, the test proves nothing", id)
+	}
+
+	t0 := time.Now()
+	f.worker("w1")
+	reruns, _ := f.checkOneResult(ids, t0, 2*time.Minute)
+	assert.Zero(t, reruns, "each lost job ran once, after the failover")
+	t.Logf("%d tasks lost in the failover; all scheduled again and done %s after a worker started", n, time.Since(t0).Round(100*time.Millisecond))
 }

@@ -18,7 +18,8 @@ import (
 //
 // It relies on asynq v0.26's key layout, asynq:{<queue>}:t:<task id> (a
 // task hash that lives from enqueue until its retention after
-// completion), pinned by TestMissingFindsLostTasks.
+// completion) and asynq:queues (the set of queues its inspector knows),
+// pinned by TestMissingFindsLostTasks.
 func (s *Store) Missing(ctx context.Context, queued map[string]string) (map[string]bool, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -49,8 +50,21 @@ func (s *Store) Missing(ctx context.Context, queued map[string]string) (map[stri
 		return nil, fmt.Errorf("results: missing tasks: %w", err)
 	}
 	out := make(map[string]bool, len(keys))
+	var lostQueues []any
 	for i, k := range keys {
 		out[k] = exists[i].Val() == 0
+		if out[k] {
+			lostQueues = append(lostQueues, queued[k])
+		}
+	}
+	if len(lostQueues) > 0 {
+		// The same failover can have lost the queue's entry in asynq's
+		// queue set (asynq:queues), which asynq's client writes once per
+		// process: without it the inspectors (dashboard, sweeper, slots)
+		// answer "queue not found" until every process restarts.
+		if err := s.rdb.SAdd(ctx, "asynq:queues", lostQueues...).Err(); err != nil {
+			return nil, fmt.Errorf("results: missing tasks: register queues: %w", err)
+		}
 	}
 	return out, nil
 }

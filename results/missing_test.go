@@ -30,6 +30,14 @@ func TestMissingFindsLostTasks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]bool{"there": false, "rescued": false, "gone": true, "moved-away": true, "wrong-queue": true}, lost)
 
+	// A queue whose registration was lost with its tasks is registered
+	// again, so asynq's inspector knows it.
+	require.NoError(t, s.rdb.SRem(ctx, "asynq:queues", "q1").Err())
+	_, err = s.store.Missing(ctx, map[string]string{"gone": "q1"})
+	require.NoError(t, err)
+	_, err = asynq.NewInspectorFromRedisClient(s.rdb).GetQueueInfo("q1")
+	assert.NoError(t, err)
+
 	empty, err := s.store.Missing(ctx, nil)
 	require.NoError(t, err)
 	assert.Empty(t, empty)

@@ -81,9 +81,23 @@ func (f *fleet) checkOneResult(ids []string, since time.Time, timeout time.Durat
 			reruns++
 		}
 	}
+	last := time.Now()
 	f.waitFor(2*time.Minute, "an empty queue (nothing stuck active)", func() bool {
 		q, err := f.insp.GetQueueInfo(job.DefaultQueue)
-		return err == nil && q.Active == 0 && q.Pending == 0 && q.Retry == 0 && q.Scheduled == 0
+		ok := err == nil && q.Active == 0 && q.Pending == 0 && q.Retry == 0 && q.Scheduled == 0
+		if !ok && time.Since(last) > 20*time.Second {
+			last = time.Now()
+			if err == nil {
+				f.t.Logf("queue: active %d pending %d retry %d scheduled %d archived %d", q.Active, q.Pending, q.Retry, q.Scheduled, q.Archived)
+				for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){f.insp.ListActiveTasks, f.insp.ListPendingTasks, f.insp.ListRetryTasks} {
+					tasks, _ := list(job.DefaultQueue)
+					for _, ti := range tasks {
+						f.t.Logf("task %s state %v retried %d last error %q", ti.ID, ti.State, ti.Retried, ti.LastErr)
+					}
+				}
+			}
+		}
+		return ok
 	})
 	slices.SortFunc(ends, time.Time.Compare)
 	prev := since
@@ -248,7 +262,8 @@ func TestRedisFailoverLostTaskComesBack(t *testing.T) {
 	ha := testsvc.StartRedisHA(t, testsvc.RedisHAConfig{Auth: true})
 	ns := testsvc.StartNATS(t)
 	f := newHAFleet(t, ha.URL(), ns.URL, 0)
-	f.scheduler("sched")
+	// --slots 0: no workers yet, and every job must reach the queue.
+	f.scheduler("sched", "--slots", "0")
 	ctx := context.Background()
 	primary, replica := ha.Primary(ctx), ha.Nodes[1]
 	pc := ha.NodeClient(primary)

@@ -90,7 +90,7 @@ func openStack(ctx context.Context, g *globals, sf *schedFlags, name, creds stri
 		return nil, err
 	}
 	streams := sf.streams(g.replicas)
-	if err := ensureFleetStreams(ctx, js, streams); err != nil {
+	if err := ensureFleetStreams(ctx, js, streams, g.logger); err != nil {
 		nc.Close()
 		rdb.Close()
 		return nil, err

@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -10,10 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paddockhq/paddock/internal/startstop"
+	"github.com/paddockhq/paddock/job"
 )
 
 // Heartbeat keeps <prefix>worker:<id> alive in Redis while the worker runs,
-// and answers the reaper's question whether another owner is alive.
+// and answers the reaper's question whether another owner is alive. The
+// key's value is the worker's job.WorkerBeat (host, concurrency, running
+// jobs, warm pool), for the operator's fleet view; only its existence
+// says the worker is alive.
 //
 // Every beat also records the worker in the <prefix>workers sorted set
 // (score: last beat, Unix ms; entries older than knownWorkersTTL are
@@ -39,6 +45,14 @@ type Heartbeat struct {
 	// OnFence, when set, is called (outside any lock) each time the
 	// heartbeat fences itself. Set it before Start.
 	OnFence func()
+	// Status, when set, fills the worker's facts written with every beat
+	// (job.WorkerBeat: concurrency, running jobs, warm pool); the beat sets
+	// the id, host, pid and times. It must be cheap and safe for concurrent
+	// use. Set it before Start.
+	Status func(*job.WorkerBeat)
+
+	host    string
+	started time.Time
 
 	mu     sync.Mutex
 	last   time.Time // when the last successful renewal was sent (monotonic)
@@ -62,7 +76,21 @@ func NewHeartbeatEvery(rdb redis.UniversalClient, id, prefix string, ttl, interv
 	if interval <= 0 {
 		interval = min(time.Second, ttl/3)
 	}
-	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl, interval: interval, fenceAt: ttl - ttl/3}
+	host, _ := os.Hostname()
+	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl, interval: interval, fenceAt: ttl - ttl/3,
+		host: host, started: time.Now().UTC()}
+}
+
+// record is the value of the heartbeat key at sent: the worker's
+// job.WorkerBeat as JSON.
+func (h *Heartbeat) record(sent time.Time) string {
+	b := job.WorkerBeat{}
+	if h.Status != nil {
+		h.Status(&b)
+	}
+	b.ID, b.Host, b.PID, b.StartedAt, b.BeatAt = h.id, h.host, os.Getpid(), h.started, sent.UTC()
+	v, _ := json.Marshal(b) // a struct of numbers, strings and times
+	return string(v)
 }
 
 func (h *Heartbeat) key(id string) string { return h.prefix + "worker:" + id }
@@ -113,7 +141,7 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	known, trim := h.beats%knownEvery == 1, h.beats%trimEvery == 1
 	h.mu.Unlock()
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, h.key(h.id), sent.UTC().Format(time.RFC3339Nano), h.ttl)
+		p.Set(ctx, h.key(h.id), h.record(sent), h.ttl)
 		if known {
 			p.ZAdd(ctx, h.known(), redis.Z{Score: float64(sent.UnixMilli()), Member: h.id})
 		}

@@ -2,10 +2,10 @@ package worker
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,8 +22,9 @@ import (
 // says the worker is alive.
 //
 // Every beat also records the worker in the <prefix>workers sorted set
-// (score: last beat, Unix ms; entries older than knownWorkersTTL are
-// trimmed). An owner whose key is gone is dead only if this fleet knew it:
+// (score: last beat, Unix ms) and its job.WorkerBeat in the hash
+// <prefix>workers:last (every knownEvery beats; entries older than
+// knownWorkersTTL are trimmed from both). An owner whose key is gone is dead only if this fleet knew it:
 // containers of an owner this Redis never heard of belong to another fleet
 // sharing the Docker engine (another deployment, a concurrent test run) and
 // are not this fleet's to reap.
@@ -97,6 +98,16 @@ func (h *Heartbeat) key(id string) string { return h.prefix + "worker:" + id }
 
 func (h *Heartbeat) known() string { return h.prefix + "workers" }
 
+// lastBeats is the hash of every known worker's last job.WorkerBeat, written
+// with the known set: the fleet view's facts of a worker whose key
+// expired (its host, above all).
+func (h *Heartbeat) lastBeats() string { return h.prefix + "workers:last" }
+
+//go:embed heartbeat_trim.lua
+var trimSource string
+
+var trimScript = redis.NewScript(trimSource)
+
 // knownWorkersTTL is how long a dead worker stays known (its leftover
 // containers reapable) after its last beat.
 const knownWorkersTTL = 7 * 24 * time.Hour
@@ -104,7 +115,7 @@ const knownWorkersTTL = 7 * 24 * time.Hour
 // Beats apart the known-workers set is updated (its score, the last beat,
 // is what the dashboard shows: 10 s resolution at the default 1 s beat)
 // and trimmed. Every beat renews the key; an idle worker's heartbeat costs
-// ~1.1 Redis commands a second.
+// ~1.2 Redis commands a second.
 const (
 	knownEvery = 10
 	trimEvery  = 60
@@ -140,13 +151,15 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	h.beats++
 	known, trim := h.beats%knownEvery == 1, h.beats%trimEvery == 1
 	h.mu.Unlock()
+	rec := h.record(sent)
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, h.key(h.id), h.record(sent), h.ttl)
+		p.Set(ctx, h.key(h.id), rec, h.ttl)
 		if known {
 			p.ZAdd(ctx, h.known(), redis.Z{Score: float64(sent.UnixMilli()), Member: h.id})
+			p.HSet(ctx, h.lastBeats(), h.id, rec)
 		}
 		if trim {
-			p.ZRemRangeByScore(ctx, h.known(), "-inf", strconv.FormatInt(sent.Add(-knownWorkersTTL).UnixMilli(), 10))
+			trimScript.Eval(ctx, p, []string{h.known(), h.lastBeats()}, sent.Add(-knownWorkersTTL).UnixMilli())
 		}
 		return nil
 	})

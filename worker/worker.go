@@ -20,6 +20,7 @@ import (
 
 	"github.com/paddockhq/paddock/healer"
 	"github.com/paddockhq/paddock/internal/asynqx"
+	"github.com/paddockhq/paddock/internal/failwatch"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -331,7 +332,10 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	w.hb.Status = w.beatStatus
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
 	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
-		OnRescue: func(string) { w.m.RunRescued(context.Background()) }})
+		OnRescue: func(string) {
+			w.m.RunRescued(context.Background())
+			_ = failwatch.NoteRescue(context.Background(), rdb, cfg.KeyPrefix) // the fleet view's count
+		}})
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }

@@ -47,9 +47,19 @@ const (
 	MastersKey       = "fleet:redis-masters"         // sorted set: master replication id → first seen, Unix ms
 	LeadersKey       = "fleet:stream-leaders"        // hash: stream → its leader
 	LeaderChangesKey = "fleet:stream-leader-changes" // hash: stream → changes; "*" all; "*at" the last, Unix ms
+	RescuedKey       = "fleet:rescued"               // string: runs of dead workers the fleet's rescuers enqueued again
 	// MastersKept bounds MastersKey: the last masters the fleet knew.
 	MastersKept = 100
 )
+
+// NoteRescue counts one rescued run in the fleet's Redis (RescuedKey),
+// for the fleet view; the rescuer's OnRescue calls it. A rescue is rare
+// (a worker died): one INCR each.
+func NoteRescue(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return rdb.Incr(ctx, cmp.Or(prefix, "paddock:")+RescuedKey).Err()
+}
 
 // Config configures a Watcher. A zero field takes its default.
 type Config struct {

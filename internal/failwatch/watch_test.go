@@ -2,13 +2,11 @@ package failwatch_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,34 +22,6 @@ import (
 	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/telemetry"
 )
-
-// tcpRedis starts a redis-server on a free loopback port (replication
-// needs TCP), extra its further arguments; it is killed at cleanup.
-func tcpRedis(t *testing.T, extra ...string) (addr string, kill func()) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--daemonize", "no", "--loglevel", "warning"}, extra...)
-	cmd := exec.Command("redis-server", args...)
-	require.NoError(t, cmd.Start(), "redis-server (apt-get install -y redis-server)")
-	kill = func() {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			cmd.Process = nil
-		}
-	}
-	t.Cleanup(kill)
-	addr = fmt.Sprintf("127.0.0.1:%d", port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	testsvc.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return c.Ping(context.Background()).Err() == nil },
-		"redis-server answers on %s", addr)
-	return addr, kill
-}
 
 // metrics is a telemetry provider with Paddock's instruments, and its
 // scrape.
@@ -92,8 +62,9 @@ func failovers(body, service string) string {
 func TestWatcherSeesARedisPromotion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, killPrimary := tcpRedis(t)
-	replica, _ := tcpRedis(t, "--replicaof", "127.0.0.1", strings.Split(primary, ":")[1])
+	p := testsvc.StartLoopbackRedis(t)
+	primary, killPrimary := p.Addr, p.Kill
+	replica := testsvc.StartLoopbackRedis(t, "--replicaof", "127.0.0.1", p.Port).Addr
 	var target atomic.Value
 	target.Store(primary)
 	rdb := redis.NewClient(&redis.Options{Addr: "master", MaxRetries: -1, Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {

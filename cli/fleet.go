@@ -266,7 +266,9 @@ func printNATS(w io.Writer, n scheduler.NATSHealth) {
 	}
 }
 
-func ms(v int64) string { return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond).String() }
+func ms(v int64) string {
+	return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond).String()
+}
 
 func yesNo(b bool) string {
 	if b {

@@ -53,8 +53,8 @@ type apiRoute struct {
 	// operator: the operator token only (Config.OperatorToken); every
 	// other authenticated route refuses it.
 	operator bool
-	kind    routeKind
-	serve   func(g *Gateway, w http.ResponseWriter, r *http.Request, id Identity) error
+	kind     routeKind
+	serve    func(g *Gateway, w http.ResponseWriter, r *http.Request, id Identity) error
 }
 
 var apiRoutes = []apiRoute{

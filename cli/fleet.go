@@ -91,13 +91,10 @@ func readFleet(ctx context.Context, g *globals, f *fleetFlags) (scheduler.Operat
 		return scheduler.OperatorFleet{}, err
 	}
 	defer rdb.Close()
-	cfg := scheduler.OperatorViewConfig{MasterName: master}
-	for _, addr := range sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second})
-		defer sc.Close()
-		cfg.Sentinels = append(cfg.Sentinels, scheduler.Sentinel{Addr: addr, Client: sc})
-	}
-	closeNATS := fleetNATS(ctx, g, f, &cfg)
+	cfg := scheduler.OperatorViewConfig{MasterName: master, Sentinels: sentinelClients(sentinels)}
+	defer closeSentinels(cfg.Sentinels)
+	admin, sys := g.operatorCreds(g.auth.creds, f.systemCreds)
+	closeNATS := fleetNATS(ctx, g, admin, sys, f.systemURL, &cfg)
 	defer closeNATS()
 	v, err := scheduler.NewOperatorView(rdb, cfg)
 	if err != nil {
@@ -108,29 +105,22 @@ func readFleet(ctx context.Context, g *globals, f *fleetFlags) (scheduler.Operat
 	return v.Read(rctx)
 }
 
-// fleetNATS gives cfg the admin's JetStream and the system account's
-// server pings, each as far as it connects (a part that does not is the
-// view's NATS error). The function it returns closes the connections.
-func fleetNATS(ctx context.Context, g *globals, f *fleetFlags, cfg *scheduler.OperatorViewConfig) func() {
+// fleetNATS gives cfg the admin's JetStream (adminCreds; "": the URL's
+// own user, if any) and the system account's server pings (sysCreds or
+// sysURL; neither: no server list), each as far as it connects (a part
+// that does not is the view's NATS error). The function it returns closes
+// the connections.
+func fleetNATS(ctx context.Context, g *globals, adminCreds, sysCreds, sysURL string, cfg *scheduler.OperatorViewConfig) func() {
 	var closers []func()
-	creds := g.auth.creds
-	if creds == "" && g.auth.nkey == "" {
-		creds = g.localCreds("admin") // "": the URL's own user, if any
-	}
-	if nc, err := g.connectAs(ctx, "paddock-fleet", creds, ""); err != nil {
+	if nc, err := g.connectAs(ctx, "paddock-fleet", adminCreds, ""); err != nil {
 		g.logger.Warn("fleet: no NATS stream view", "err", err)
 	} else if js, err := jetstream.New(nc); err == nil {
 		closers = append(closers, nc.Close)
 		cfg.JetStream = js
 	}
-	sys := f.systemCreds
-	if sys == "" {
-		sys = g.localCreds("sys")
-	}
-	if sys != "" || f.systemURL != "" {
-		nc, err := client.Connect(ctx, client.ConnectConfig{URL: orString(f.systemURL, g.natsURL), Name: "paddock-fleet-sys", Creds: sys,
-			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: g.logger,
-			Options: []nats.Option{nats.MaxReconnects(0)}})
+	if sysCreds != "" || sysURL != "" {
+		nc, err := client.Connect(ctx, client.ConnectConfig{URL: orString(sysURL, g.natsURL), Name: "paddock-fleet-sys", Creds: sysCreds,
+			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: g.logger})
 		if err != nil {
 			g.logger.Warn("fleet: cannot connect as the system account; no server list", "err", err)
 		} else {
@@ -142,6 +132,31 @@ func fleetNATS(ctx context.Context, g *globals, f *fleetFlags, cfg *scheduler.Op
 		for _, c := range closers {
 			c()
 		}
+	}
+}
+
+// operatorCreds are the operator's NATS credentials: admin (--creds, else
+// the local admin.creds) and system (sys, else the local sys.creds).
+func (g *globals) operatorCreds(admin, sys string) (string, string) {
+	if admin == "" && g.auth.nkey == "" {
+		admin = g.localCreds("admin")
+	}
+	return admin, orString(sys, g.localCreds("sys"))
+}
+
+// sentinelClients are clients of the Sentinels at addrs.
+func sentinelClients(addrs []string) []scheduler.Sentinel {
+	var out []scheduler.Sentinel
+	for _, addr := range addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second})
+		out = append(out, scheduler.Sentinel{Addr: addr, Client: sc})
+	}
+	return out
+}
+
+func closeSentinels(ss []scheduler.Sentinel) {
+	for _, s := range ss {
+		_ = s.Client.Close()
 	}
 }
 

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paddockhq/paddock/client"
+	"github.com/paddockhq/paddock/gateway"
 	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -143,4 +146,31 @@ func TestSentinelURL(t *testing.T) {
 		assert.Equal(t, tc.hosts, hosts, tc.url)
 		assert.Equal(t, tc.master, master, tc.url)
 	}
+}
+
+// The gateway's operator page is wired only with a token file the group
+// and others cannot read; it then reads the operator view over the
+// gateway's Redis (no NATS unless operator creds are given).
+func TestOperatorHook(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rdb := testsvc.StartRedis(t).Client()
+	t.Cleanup(func() { rdb.Close() })
+	g := &globals{logger: slog.New(slog.DiscardHandler)}
+	var cfg gateway.Config
+	require.NoError(t, operatorHook(ctx, g, &gatewayFlags{}, rdb, &cfg))
+	assert.Empty(t, cfg.OperatorToken, "no file, no operator page")
+
+	file := filepath.Join(t.TempDir(), "operator.token")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Repeat("k", 40)+"\n"), 0o644))
+	err := operatorHook(ctx, g, &gatewayFlags{operatorTokenFile: file}, rdb, &cfg)
+	assert.ErrorContains(t, err, "mode 0644")
+	require.NoError(t, os.Chmod(file, 0o600))
+	require.NoError(t, operatorHook(ctx, g, &gatewayFlags{operatorTokenFile: file}, rdb, &cfg))
+	assert.Equal(t, strings.Repeat("k", 40), cfg.OperatorToken)
+	v, err := cfg.OperatorFleet(ctx)
+	require.NoError(t, err)
+	f := v.(scheduler.OperatorFleet)
+	assert.True(t, f.Redis.OK)
+	assert.Equal(t, "no NATS connection given", f.NATS.Error)
 }

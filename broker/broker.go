@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -132,15 +133,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight < 0 {
 		return c, fmt.Errorf("%w: MaxInFlight %d is negative", ErrConfig, c.MaxInFlight)
 	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 8
-	}
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, 8)
 	if c.MaxConns < 0 {
 		return c, fmt.Errorf("%w: MaxConns %d is negative", ErrConfig, c.MaxConns)
 	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 16
-	}
+	c.MaxConns = cmp.Or(c.MaxConns, 16)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

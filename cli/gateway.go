@@ -111,6 +111,7 @@ key (--gateway-signing-key). docs/gateway.md.`,
 		},
 	}
 	f.register(cmd.Flags())
+	registerReplicas(cmd.Flags(), g)
 	return cmd
 }
 
@@ -168,6 +169,9 @@ func gatewayConfig(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Co
 	}
 	if sc.Gateway, err = f.config(); err != nil {
 		return sc, err
+	}
+	if err := gateway.EnsureSessionBucket(ctx, js, g.replicas); err != nil {
+		return sc, replicasHint(err, g.replicas)
 	}
 	if sc.Gateway.Sessions, err = gateway.NewKVSessions(ctx, js); err != nil {
 		return sc, err

@@ -42,6 +42,7 @@ type globals struct {
 	logLevel  string
 	logFormat string
 	logger    *slog.Logger
+	replicas  int // --replicas of the commands that make streams and buckets (replicas.go)
 	version   buildVersion
 	stdout    io.Writer // results
 	stderr    io.Writer // the log, errors and status lines
@@ -94,6 +95,9 @@ the command line wins.
 			if err := bindEnv(cmd); err != nil {
 				return err
 			}
+			if err := checkReplicas(cmd, g.replicas); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
@@ -107,7 +111,7 @@ the command line wins.
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL (a comma-separated list; nats://user:password@…, tls://…); also $NATS_URL")
-	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL: redis://[user:password@]host:port/db, rediss://… (TLS) or unix:///path")
+	pf.StringVar(&g.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis URL: redis://[user:password@]host:port/db, rediss://… (TLS), unix:///path, or a master behind Sentinels: redis+sentinel://[user:password@]host:port[,host:port…]/<master>[/<db>][?sentinel_password=…] (also asynq's redis-sentinel://…?master=<name>); the user and password are the data nodes', sentinel_user/sentinel_password the Sentinels'")
 	pf.StringVar(&g.dataDir, "data-dir", "", "`directory` of the local stack's state: 'paddock up' keeps NATS, Redis, volumes and credentials there, and client commands find the dev tenant's credentials there (default $XDG_STATE_HOME/paddock or ~/.local/state/paddock)")
 	setEnvAliases(pf, "nats-url", "NATS_URL")
 	g.auth.register(pf)

@@ -51,9 +51,10 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&s.slots, "slots", "auto", "jobs this scheduler keeps in the queue or running over all tenants; waiting tenants take freed slots in turn (fair share). auto: the fleet's job slots (the workers' concurrency) shared among the schedulers, every 10 s; or a number; 0: no bound, one FIFO queue")
 }
 
-// streams is the size of the JetStream streams the flags ask for.
-func (s *schedFlags) streams() results.StreamConfig {
-	return results.StreamConfig{ResultRetention: s.resultRetention, DedupeWindow: s.dedupeWindow,
+// streams is the size of the JetStream streams the flags ask for, with
+// replicas (--replicas; 0: new streams get 1, existing ones keep theirs).
+func (s *schedFlags) streams(replicas int) results.StreamConfig {
+	return results.StreamConfig{ResultRetention: s.resultRetention, DedupeWindow: s.dedupeWindow, Replicas: replicas,
 		JobsMaxBytes: s.jobsMaxBytes, ResultsMaxBytes: s.resultsMaxBytes,
 		Stores: results.StoreQuota{StoredMaxBytes: s.storedMaxBytes, OutputMaxBytes: s.outputMaxBytes}}
 }
@@ -64,7 +65,8 @@ type stack struct {
 	js      jetstream.JetStream
 	rdb     *redis.Client
 	st      *results.Store
-	closers []func() // run first by close, in order
+	streams results.StreamConfig // as openStack made them (newScheduler makes the tenants' so)
+	closers []func()             // run first by close, in order
 }
 
 // openStack connects a service to NATS (with creds; "" = --creds) and
@@ -87,13 +89,14 @@ func openStack(ctx context.Context, g *globals, sf *schedFlags, name, creds stri
 		nc.Close()
 		return nil, err
 	}
-	if err := results.EnsureStreams(ctx, js, sf.streams()); err != nil {
+	streams := sf.streams(g.replicas)
+	if err := ensureFleetStreams(ctx, js, streams); err != nil {
 		nc.Close()
 		rdb.Close()
-		return nil, fmt.Errorf("create JetStream streams: %w", err)
+		return nil, err
 	}
 	st := results.NewStore(rdb, js, results.StoreConfig{Retention: sf.resultRetention, MaxResultBytes: sf.maxResultBytes, Logger: g.logger})
-	return &stack{nc: nc, js: js, rdb: rdb, st: st}, nil
+	return &stack{nc: nc, js: js, rdb: rdb, st: st, streams: streams}, nil
 }
 
 func (s *stack) close() {
@@ -141,7 +144,7 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
 		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
 		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName), Tenants: tenants,
-		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: sf.streams(), Grants: fb.checker()})
+		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: s.streams, Grants: fb.checker()})
 }
 
 // readiness checks that a service's NATS connection and Redis answer.
@@ -202,6 +205,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 		},
 	}
 	sf.register(cmd)
+	registerReplicas(cmd.Flags(), g)
 	cf.register(cmd.Flags())
 	of.register(cmd.Flags())
 	pf.register(cmd.Flags())
@@ -263,6 +267,7 @@ func workerCmd(g *globals) *cobra.Command {
 		},
 	}
 	sf.register(cmd)
+	registerReplicas(cmd.Flags(), g)
 	cf.register(cmd.Flags())
 	wf.register(cmd.Flags())
 	wf.bench.register(cmd.Flags(), true)
@@ -301,6 +306,7 @@ services it started.`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)
+	registerReplicas(cmd.Flags(), g)
 	f.cf.register(cmd.Flags())
 	f.wf.register(cmd.Flags())
 	f.of.register(cmd.Flags())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	pclient "github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
+	"github.com/paddockhq/paddock/internal/redisurl"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/locks"
 	"github.com/paddockhq/paddock/results"
@@ -40,39 +40,20 @@ func checkNATSURL(raw string) error {
 	return nil
 }
 
-// redisOptions parses redis://, rediss:// and unix:// URLs. A plain
-// unix://path is taken as it is (any characters, relative or absolute);
-// with credentials or parameters it is parsed like the others.
-func redisOptions(raw string) (*redis.Options, error) {
-	if path, ok := strings.CutPrefix(raw, "unix://"); ok && path != "" && !strings.ContainsAny(path, "@?") {
-		return &redis.Options{Network: "unix", Addr: path}, nil
-	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, urlError("--redis-url", raw, err, "redis://[user:password@]host[:port][/db], rediss://… or unix:///path/to/socket")
-	}
-	return opt, nil
+// parseRedisURL parses --redis-url: one server (redis://, rediss://,
+// unix://) or a master behind Sentinels (redis+sentinel://,
+// redis-sentinel://); internal/redisurl lists the forms.
+func parseRedisURL(raw string) (*redisurl.URL, error) {
+	return redisurl.Parse("--redis-url", raw)
 }
 
-// urlError reports a --flag URL that does not parse. A parser's message
-// can quote the URL or a piece of it (a port, a path segment), password
-// included, so it is kept only for a URL without credentials.
-func urlError(flag, raw string, err error, want string) error {
-	shown := redact.URL(raw)
-	if shown != raw {
-		return fmt.Errorf("%s %q is not a valid URL; want %s (the parser's message is left out: it could quote the password)", flag, shown, want)
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err // the URL is quoted already
-	}
-	return fmt.Errorf("%s %q is not a valid URL: %v; want %s", flag, raw, err, want)
-}
-
-// connectRedis returns a client with socket timeouts after
-// checking the server answers.
+// connectRedis returns the process's one Redis client, with socket
+// timeouts, after checking the server answers. Every Redis user of the
+// process (asynq's client, server and inspector, results, locks, the rate
+// window, the index, the rescuer, the wake gate, the dashboard) shares it,
+// so with a Sentinel URL all of them follow a failover together.
 func connectRedis(ctx context.Context, g *globals, url string) (*redis.Client, error) {
-	opt, err := redisOptions(url)
+	u, err := parseRedisURL(url)
 	if err != nil {
 		return nil, err
 	}
@@ -81,17 +62,17 @@ func connectRedis(ctx context.Context, g *globals, url string) (*redis.Client, e
 		return nil, err
 	}
 	if pw != "" {
-		opt.Password = pw
-		if opt.Username == "" {
-			opt.Username = devstack.DefaultRedisUser
-		}
+		u.SetAuth("", pw, devstack.DefaultRedisUser)
 	}
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-	rdb := redis.NewClient(opt)
+	u.SetTimeouts(5*time.Second, 5*time.Second, 5*time.Second)
+	rdb := u.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
+		if derr := u.Diagnose(pctx); derr != nil {
+			err = derr // what each Sentinel said, not go-redis's catch-all
+		}
 		return nil, fmt.Errorf("connect to Redis at %s: %w (start one with `paddock up`, or set --redis-url / PADDOCK_REDIS_URL)", redact.URL(url), err)
 	}
 	return rdb, nil
@@ -231,7 +212,7 @@ func (c *capsFlags) validate() error {
 // the heartbeat TTL against the watchdog.
 func checkStart(g *globals, cf *capsFlags, wf *workerFlags) error {
 	errs := []error{cf.validate(), checkNATSURL(g.natsURL)}
-	if _, err := redisOptions(g.redisURL); err != nil {
+	if _, err := parseRedisURL(g.redisURL); err != nil {
 		errs = append(errs, err)
 	}
 	if wf != nil {

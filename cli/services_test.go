@@ -320,8 +320,9 @@ func TestRedisOptions(t *testing.T) {
 		{"unix://:pw@/run/redis.sock?db=3", "unix", "/run/redis.sock", "pw", 3},
 	}
 	for _, tc := range cases {
-		opt, err := redisOptions(tc.url)
+		u, err := parseRedisURL(tc.url)
 		require.NoError(t, err, tc.url)
+		opt := u.Single
 		assert.Equal(t, tc.network, opt.Network, tc.url)
 		assert.Equal(t, tc.addr, opt.Addr, tc.url)
 		assert.Equal(t, tc.password, opt.Password, tc.url)

@@ -36,6 +36,7 @@ subjects, so the NATS server keeps tenants apart by construction. Against
 against a fleet of your own, give --creds (an admin user's) and --auth-dir (the
 signing keys; see docs/operations.md for the nsc equivalent).`,
 	}
+	registerReplicas(cmd.PersistentFlags(), g)
 	cmd.PersistentFlags().StringVar(&authDir, "auth-dir", "", "directory of the account's signing keys (default <data-dir>/auth)")
 	dir := func() string {
 		if authDir != "" {
@@ -221,9 +222,13 @@ func withAdminAs(ctx context.Context, g *globals, creds, authDir string, fn func
 // default stream config and pushing accounts over a connection like the
 // CLI's.
 func newAdmin(ctx context.Context, g *globals, js jetstream.JetStream, authDir string, a *tenant.Authority) (*tenant.Admin, error) {
+	if err := tenant.EnsureBuckets(ctx, js, g.replicas); err != nil {
+		return nil, replicasHint(err, g.replicas)
+	}
 	return tenant.NewAdmin(ctx, js, tenant.AdminConfig{AuthDir: authDir, Authority: a, Dial: g.dialAdmin,
 		Streams: func(ctx context.Context, t tenant.Tenant) error {
-			return results.EnsureTenant(ctx, js, results.StreamConfig{}, t.Name, t.MaxQueued, t.MaxStored)
+			err := results.EnsureTenant(ctx, js, results.StreamConfig{Replicas: g.replicas}, t.Name, t.MaxQueued, t.MaxStored)
+			return replicasHint(err, g.replicas)
 		}})
 }
 

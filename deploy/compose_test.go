@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -28,11 +30,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/job"
 )
 
-// composeRun configures TestCompose. The defaults are the short run of
-// `make test`; `make test-compose` sets the full one through the environment:
+// composeRun configures TestCompose. The defaults are a short run (`go test
+// ./deploy/`); `make test-compose`, which `make test` runs after the Go
+// suite, sets the full one through the environment:
 //
 //	PADDOCK_COMPOSE_JOBS=200      jobs to submit (default 20)
 //	PADDOCK_COMPOSE_KILL=1        docker kill one worker once a quarter of
@@ -702,17 +706,68 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 			assert.Equal(t, r.Worker, stored.Worker, r.ID)
 		}
 	}
+	// The queues empty out: at once without a kill; with one, the killed
+	// worker's tasks (their jobs rescued) leave asynq's active list once
+	// their lease expired (30 s after the worker's last lease extension,
+	// plus the rescuer's RetireMargin and a pass), not at asynq's recoverer
+	// a minute or two later.
+	deadline := time.Now().Add(5 * time.Second)
+	if run.kill {
+		deadline = killedAt.Add(30*time.Second + asynqx.RetireMargin + 15*time.Second)
+	}
+	var busy string
+	for {
+		busy = queuesBusy(ctx, t, rdb)
+		if busy == "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling Redis: nothing to wait on
+	}
+	assert.Empty(t, busy, "asynq's queues are not empty")
+	if run.kill {
+		c.checkRetired(t, rdb, results)
+	}
+}
+
+// checkRetired: the original task of every re-run job was retired by the
+// rescuer (completed, never retried), not recovered by asynq's recoverer
+// (which retries it first: Retried 1, "lease expired"), so the queues
+// emptied without waiting for it.
+func (c *compose) checkRetired(t *testing.T, rdb *redis.Client, results []job.Result) {
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	for _, r := range results {
+		if r.Runs < 2 {
+			continue
+		}
+		info, err := insp.GetTaskInfo(cmp.Or(r.Queue, job.DefaultQueue), r.Key())
+		if !assert.NoError(t, err, "the original task of re-run job %s", r.ID) {
+			continue
+		}
+		assert.Equal(t, asynq.TaskStateCompleted, info.State, "the original task of re-run job %s", r.ID)
+		assert.Zero(t, info.Retried, "asynq's recoverer, not the rescuer, took the original task of %s out of active (%s)", r.ID, info.LastErr)
+	}
+}
+
+// queuesBusy names the asynq lists and sets of rdb that hold a task ("":
+// none).
+func queuesBusy(ctx context.Context, t *testing.T, rdb *redis.Client) string {
 	queues, err := rdb.SMembers(ctx, "asynq:queues").Result()
 	require.NoError(t, err)
+	var busy []string
 	for _, q := range queues {
 		p := "asynq:{" + q + "}:"
 		for _, k := range []string{"pending", "active"} {
-			assert.Zero(t, rdb.LLen(ctx, p+k).Val(), "%s%s", p, k)
+			if n := rdb.LLen(ctx, p+k).Val(); n != 0 {
+				busy = append(busy, fmt.Sprintf("%s%s: %d", p, k, n))
+			}
 		}
-		for _, k := range []string{"scheduled", "retry", "archived"} {
-			assert.Zero(t, rdb.ZCard(ctx, p+k).Val(), "%s%s", p, k)
+		for _, k := range []string{"lease", "scheduled", "retry", "archived"} {
+			if n := rdb.ZCard(ctx, p+k).Val(); n != 0 {
+				busy = append(busy, fmt.Sprintf("%s%s: %d", p, k, n))
+			}
 		}
 	}
+	return strings.Join(busy, ", ")
 }
 
 // down takes the stack down (workers drain) and checks that no container of

@@ -20,7 +20,7 @@
 // holds a password, a seed or a JWT. compose_test.go brings the compose
 // fleet up on the local Docker engine, checks that NATS and Redis refuse
 // clients without credentials, runs jobs through it as the dev tenant and
-// takes it down; `make test` runs a short version, `make test-compose` the
-// 200-job run with a worker killed mid-run. docs/operations.md explains the
-// choices.
+// takes it down; `go test ./deploy/` runs a short version, `make
+// test-compose` (which `make test` runs after the Go suite) the 200-job run
+// with a worker killed mid-run. docs/operations.md explains the choices.
 package deploy

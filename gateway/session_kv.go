@@ -44,8 +44,7 @@ func NewKVSessions(ctx context.Context, js jetstream.JetStream) (*KVSessions, er
 	defer cancel()
 	kv, err := js.KeyValue(ctx, SessionBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		cfg := jetstream.KeyValueConfig{Bucket: SessionBucket, Description: "Paddock agent sessions (package gateway)",
-			History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL}
+		cfg := sessionBucketConfig(0)
 		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 			cfg.LimitMarkerTTL = 0
@@ -67,6 +66,53 @@ func NewKVSessions(ctx context.Context, js jetstream.JetStream) (*KVSessions, er
 		k.markerTTL = markerTTL
 	}
 	return k, nil
+}
+
+func sessionBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: SessionBucket, Description: "Paddock agent sessions (package gateway)",
+		History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL, Replicas: replicas}
+}
+
+// EnsureSessionBucket creates the sessions bucket with replicas (1, 3 or
+// 5) when it is missing, and moves an existing one to that count (its
+// other settings stay). replicas 0 does nothing: NewKVSessions creates a
+// missing bucket at 1.
+func EnsureSessionBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if replicas == 0 {
+		return nil
+	}
+	ctx, cancel := withStoreTimeout(ctx)
+	defer cancel()
+	st, err := js.Stream(ctx, "KV_"+SessionBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		cfg := sessionBucketConfig(replicas)
+		_, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			cfg.LimitMarkerTTL = 0
+			_, err = js.CreateKeyValue(ctx, cfg)
+		}
+		if err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
+			return wrapBucketErr(err)
+		}
+		st, err = js.Stream(ctx, "KV_"+SessionBucket) // another gateway made it meanwhile
+	}
+	if err != nil {
+		return wrapBucketErr(err)
+	}
+	sc := st.CachedInfo().Config
+	if sc.Replicas == replicas {
+		return nil
+	}
+	sc.Replicas = replicas
+	_, err = js.UpdateStream(ctx, sc)
+	return wrapBucketErr(err)
+}
+
+func wrapBucketErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("gateway: session bucket %s: %w", SessionBucket, err)
 }
 
 func withStoreTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

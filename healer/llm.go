@@ -2,6 +2,7 @@ package healer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,24 +58,14 @@ func (c *LLMConfig) withDefaults() (*LLMConfig, error) {
 		return nil, nil
 	}
 	cp := *c
-	if cp.MaxTokensPerJob == 0 {
-		cp.MaxTokensPerJob = 4096
-	}
-	if cp.MaxReplyTokens == 0 {
-		cp.MaxReplyTokens = 512
-	}
-	if cp.Timeout == 0 {
-		cp.Timeout = 30 * time.Second
-	}
+	cp.MaxTokensPerJob = cmp.Or(cp.MaxTokensPerJob, 4096)
+	cp.MaxReplyTokens = cmp.Or(cp.MaxReplyTokens, 512)
+	cp.Timeout = cmp.Or(cp.Timeout, 30*time.Second)
 	if cp.HTTPClient == nil {
 		cp.HTTPClient = &http.Client{}
 	}
-	if cp.StderrTailBytes == 0 {
-		cp.StderrTailBytes = 4096
-	}
-	if cp.StdoutTailBytes == 0 {
-		cp.StdoutTailBytes = 2048
-	}
+	cp.StderrTailBytes = cmp.Or(cp.StderrTailBytes, 4096)
+	cp.StdoutTailBytes = cmp.Or(cp.StdoutTailBytes, 2048)
 	u, err := url.Parse(cp.URL)
 	switch {
 	case cp.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
@@ -326,9 +317,7 @@ func (m *llmRepairer) call(ctx context.Context, req chatRequest) (text string, u
 	}
 	if cr.Usage != nil {
 		u = usage{Input: cr.Usage.PromptTokens, Output: cr.Usage.CompletionTokens, Total: cr.Usage.TotalTokens}
-		if u.Total == 0 {
-			u.Total = u.Input + u.Output
-		}
+		u.Total = cmp.Or(u.Total, u.Input+u.Output)
 	}
 	if u.Total == 0 {
 		// No usage reported: estimate ~4 bytes a token so the budget

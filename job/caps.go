@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -75,11 +76,6 @@ func (c Caps) withDefaults() Caps {
 	if len(c.Queues) == 0 {
 		c.Queues = []string{DefaultQueue}
 	}
-	def64 := func(p *int64, v int64) {
-		if *p == 0 {
-			*p = v
-		}
-	}
 	// below returns v, or the cap mx when one is set and lower.
 	below := func(v, mx int64) int64 {
 		if mx != 0 {
@@ -87,39 +83,30 @@ func (c Caps) withDefaults() Caps {
 		}
 		return v
 	}
-	def64(&c.DefaultMemoryMB, below(512, c.MaxMemoryMB))
-	def64(&c.MaxMemoryMB, max(c.DefaultMemoryMB, 2048))
-	def64(&c.DefaultPids, below(64, c.MaxPids))
-	def64(&c.MaxPids, max(c.DefaultPids, 512))
-	def64(&c.DefaultOutputBytes, below(1<<20, c.MaxOutputBytes))
-	def64(&c.MaxOutputBytes, max(c.DefaultOutputBytes, 16<<20))
-	def64(&c.DefaultTmpfsMB, below(64, c.MaxTmpfsMB))
-	def64(&c.MaxTmpfsMB, max(c.DefaultTmpfsMB, 1024))
+	c.DefaultMemoryMB = cmp.Or(c.DefaultMemoryMB, below(512, c.MaxMemoryMB))
+	c.MaxMemoryMB = cmp.Or(c.MaxMemoryMB, max(c.DefaultMemoryMB, 2048))
+	c.DefaultPids = cmp.Or(c.DefaultPids, below(64, c.MaxPids))
+	c.MaxPids = cmp.Or(c.MaxPids, max(c.DefaultPids, 512))
+	c.DefaultOutputBytes = cmp.Or(c.DefaultOutputBytes, below(1<<20, c.MaxOutputBytes))
+	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, max(c.DefaultOutputBytes, 16<<20))
+	c.DefaultTmpfsMB = cmp.Or(c.DefaultTmpfsMB, below(64, c.MaxTmpfsMB))
+	c.MaxTmpfsMB = cmp.Or(c.MaxTmpfsMB, max(c.DefaultTmpfsMB, 1024))
 	if c.DefaultCPUs == 0 {
 		c.DefaultCPUs = 0.5
 		if c.MaxCPUs != 0 {
 			c.DefaultCPUs = min(0.5, c.MaxCPUs)
 		}
 	}
-	if c.MaxCPUs == 0 {
-		c.MaxCPUs = max(c.DefaultCPUs, 2)
-	}
-	defD := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
-	}
+	c.MaxCPUs = cmp.Or(c.MaxCPUs, max(c.DefaultCPUs, 2))
 	belowD := func(v, mx time.Duration) time.Duration { return time.Duration(below(int64(v), int64(mx))) }
 	// The job timeout first: the default command timeout never exceeds
 	// the default job timeout.
-	defD(&c.DefaultJobTimeout, belowD(300*time.Second, c.MaxJobTimeout))
-	defD(&c.MaxJobTimeout, max(c.DefaultJobTimeout, 3600*time.Second))
-	defD(&c.DefaultCommandTimeout, min(belowD(30*time.Second, c.MaxCommandTimeout), max(c.DefaultJobTimeout.Truncate(time.Second), time.Second)))
-	defD(&c.MaxCommandTimeout, max(c.DefaultCommandTimeout, 300*time.Second))
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 3
-	}
-	def64(&c.MaxInlineBytes, DefaultInlineBytes)
+	c.DefaultJobTimeout = cmp.Or(c.DefaultJobTimeout, belowD(300*time.Second, c.MaxJobTimeout))
+	c.MaxJobTimeout = cmp.Or(c.MaxJobTimeout, max(c.DefaultJobTimeout, 3600*time.Second))
+	c.DefaultCommandTimeout = cmp.Or(c.DefaultCommandTimeout, min(belowD(30*time.Second, c.MaxCommandTimeout), max(c.DefaultJobTimeout.Truncate(time.Second), time.Second)))
+	c.MaxCommandTimeout = cmp.Or(c.MaxCommandTimeout, max(c.DefaultCommandTimeout, 300*time.Second))
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
+	c.MaxInlineBytes = cmp.Or(c.MaxInlineBytes, DefaultInlineBytes)
 	return c
 }
 

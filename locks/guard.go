@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,24 +117,12 @@ func NewGuard(leaser *Leaser, cfg GuardConfig) (*Guard, error) {
 	if cfg.Root == "" {
 		return nil, fmt.Errorf("%w: empty volume root", ErrInvalid)
 	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.Wait == 0 {
-		cfg.Wait = DefaultWait
-	}
-	if cfg.ReleaseTimeout == 0 {
-		cfg.ReleaseTimeout = DefaultReleaseTimeout
-	}
-	if cfg.UID == 0 {
-		cfg.UID = DefaultVolumeUID
-	}
-	if cfg.GID == 0 {
-		cfg.GID = DefaultVolumeGID
-	}
-	if cfg.DirPerm == 0 {
-		cfg.DirPerm = DefaultDirPerm
-	}
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
+	cfg.Wait = cmp.Or(cfg.Wait, DefaultWait)
+	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout)
+	cfg.UID = cmp.Or(cfg.UID, DefaultVolumeUID)
+	cfg.GID = cmp.Or(cfg.GID, DefaultVolumeGID)
+	cfg.DirPerm = cmp.Or(cfg.DirPerm, DefaultDirPerm)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -83,15 +84,9 @@ func NewLeaser(rdb RedisClient, cfg LeaseConfig) (*Leaser, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	if cfg.PollMin == 0 {
-		cfg.PollMin = defaultPollMin
-	}
-	if cfg.PollMax == 0 {
-		cfg.PollMax = defaultPollMax
-	}
-	if cfg.OpTimeout == 0 {
-		cfg.OpTimeout = DefaultOpTimeout
-	}
+	cfg.PollMin = cmp.Or(cfg.PollMin, defaultPollMin)
+	cfg.PollMax = cmp.Or(cfg.PollMax, defaultPollMax)
+	cfg.OpTimeout = cmp.Or(cfg.OpTimeout, DefaultOpTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

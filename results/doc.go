@@ -25,12 +25,14 @@
 // per concern, and the scheduler and the worker reach each concern through
 // a small interface they declare, listing only the methods they call:
 //
-//   - record.go: the terminal result (Record, Get, Finished);
+//   - record.go: the terminal result (Record, Get, Finished), and a run's
+//     result fenced by its run token (RecordRun: stored only while the run
+//     is still the job's, recordrun.lua);
 //   - claims.go: the id claim that stops two different submissions with
 //     the same id from both being scheduled (Claim);
 //   - cancel.go: the cancel flag (Cancel, Canceled);
 //   - runs.go: run counts and ownership, which the rescuer
-//     (internal/asynqx) reads (BeginRun, BeginRunAs, EndRun);
+//     (internal/asynqx) reads (BeginRun, BeginRunAs, EndRun, TaskOf);
 //   - admission.go: the tenants' fleet-wide rate window (Admit);
 //   - index.go: the job index behind the job list (Queued, List, Changes,
 //     Reasons);
@@ -47,6 +49,7 @@
 //	<prefix>task:<key>           the asynq task id carrying the job, once a rescue moved it
 //	<prefix>active:<worker>      hash: the worker's runs, key → "run|task id|queue"
 //	<prefix>active               set: the workers with an active hash
+//	<prefix>retire               set: rescued originals to take out of asynq's active list (internal/asynqx)
 //	<prefix>rate:<tenant>:<sec>  jobs of the tenant admitted in that second (2 s)
 //	<prefix>unpublished          zset: keys of results whose publish failed
 //	<prefix>idx{idx}:...         the job index (index.go)

@@ -2,6 +2,7 @@ package results
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +38,42 @@ const (
 // (index.go) takes the stored result's state, one more round trip. On a publish
 // failure the error wraps ErrNotPublished (and ErrStreamFull when JetStream
 // had no room) and stored/first are still valid.
+//
+// Record is for writers that are no run of the job (the scheduler's
+// rejections and sweeps, a cancel before the job started, a republish); a
+// worker ending a run it began calls RecordRun.
 func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, first bool, err error) {
+	return s.record(ctx, r, RunToken{})
+}
+
+// RunToken is the fencing token of a run: the run number BeginRunAs
+// returned and the asynq task id that began it (empty: the job key).
+type RunToken struct {
+	Run    int
+	TaskID string
+}
+
+// RecordRun is Record for the result of run tok: in the same atomic step
+// as the SET NX (recordrun.lua) it checks that the run is still the job's,
+// that is, the task tok.TaskID still carries the job (<prefix>task:<key>;
+// a rescuer moves it) and the run counter is not above tok.Run (no run
+// began since; a counter lost or set back by a Redis failover is no
+// evidence of one). Otherwise it writes and publishes nothing and returns
+// an error wrapping ErrStaleRun. A result already stored is kept and
+// republished, as Record does, whoever asks.
+func (s *Store) RecordRun(ctx context.Context, r job.Result, tok RunToken) (stored job.Result, first bool, err error) {
+	if tok.Run <= 0 {
+		return job.Result{}, false, fmt.Errorf("%w: %s: run token without a run", ErrInvalid, r.ID)
+	}
+	return s.record(ctx, r, tok)
+}
+
+// ErrStaleRun is wrapped by RecordRun when the run is not the job's any
+// more: it was rescued (another task carries the job) or run again. Its
+// result must not be stored; the run that superseded it records its own.
+var ErrStaleRun = errors.New("results: stale run")
+
+func (s *Store) record(ctx context.Context, r job.Result, tok RunToken) (stored job.Result, first bool, err error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	if err := complete(&r); err != nil {
@@ -52,7 +88,12 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 		s.log.Warn("result larger than the bound: outputs cut from the middle before storing",
 			"job", r.ID, "bound", limit, "stored_bytes", len(data))
 	}
-	first, raw, err := s.setNX(ctx, s.key("result", r.Key()), string(data))
+	var raw string
+	if tok.Run > 0 {
+		first, raw, err = s.setIfRun(ctx, r.Key(), string(data), tok)
+	} else {
+		first, raw, err = s.setNX(ctx, s.key("result", r.Key()), string(data))
+	}
 	if err != nil {
 		return job.Result{}, false, fmt.Errorf("results: record %s: %w", r.ID, err)
 	}
@@ -65,6 +106,33 @@ func (s *Store) Record(ctx context.Context, r job.Result) (stored job.Result, fi
 		return stored, first, fmt.Errorf("%w: %s: %w", ErrNotPublished, r.ID, err)
 	}
 	return stored, first, nil
+}
+
+//go:embed recordrun.lua
+var recordRunSource string
+
+var recordRunScript = redis.NewScript(recordRunSource)
+
+// setIfRun runs recordrun.lua: the SET NX of the result of key, only while
+// run tok is the job's.
+func (s *Store) setIfRun(ctx context.Context, key, val string, tok RunToken) (created bool, current string, err error) {
+	if tok.TaskID == "" {
+		tok.TaskID = key
+	}
+	keys := []string{s.key("result", key), s.key("runs", key), s.key("task", key)}
+	res, err := recordRunScript.Run(ctx, s.rdb, keys, val, s.cfg.Retention.Milliseconds(), tok.Run, tok.TaskID, key).Slice()
+	if err != nil {
+		return false, "", err
+	}
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("unexpected script reply %v", res)
+	}
+	n, _ := res[0].(int64)
+	cur, _ := res[1].(string)
+	if n < 0 {
+		return false, "", fmt.Errorf("%w: run %d of %s (task %s) was superseded: rescued under another task or run again", ErrStaleRun, tok.Run, key, tok.TaskID)
+	}
+	return n == 1, cur, nil
 }
 
 // complete validates r and fills the fields a stored result always has.

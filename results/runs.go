@@ -75,16 +75,48 @@ func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, er
 	return n, nil
 }
 
-// EndRun removes the run of key from worker's active set (the entry
-// BeginRunAs noted), once the run ended, whatever its outcome. It is a
-// final write: it runs on a detached context with its own deadline, and a
-// failure is returned for the caller to log (a rescuer checks a leftover
-// entry against the run counter and the result, so it is harmless).
-func (s *Store) EndRun(ctx context.Context, worker, key string) error {
+// EndRun removes run (as BeginRunAs numbered it) of key from worker's
+// active set, once the run ended, whatever its outcome. It leaves an entry
+// of another run alone: a worker that resumed from a freeze may run the
+// job's rescue itself while the handler of its stale run is still ending.
+// A run of 0 removes the entry whatever run it notes. It is a final write:
+// it runs on a detached context with its own deadline, and a failure is
+// returned for the caller to log (a rescuer checks a leftover entry
+// against the run counter and the result, so it is harmless).
+func (s *Store) EndRun(ctx context.Context, worker, key string, run int) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.rdb.HDel(ctx, s.key("active", worker), key).Err(); err != nil {
+	if err := endRunScript.Run(ctx, s.rdb, []string{s.key("active", worker)}, key, run).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("results: end run %s of %s: %w", key, worker, err)
 	}
 	return nil
+}
+
+// endRunScript deletes the active entry ARGV[1] of hash KEYS[1] if it
+// notes run ARGV[2] ("run|task id|queue"), or whatever it notes when
+// ARGV[2] is 0.
+var endRunScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v and (ARGV[2] == '0' or string.sub(v, 1, #ARGV[2] + 1) == ARGV[2] .. '|') then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// TaskOf returns the id of the asynq task that carries the job now: the
+// job key itself, or the rescue task a rescuer moved it to
+// (<prefix>task:<key>, internal/asynqx's rescuer). Any other task of the
+// job is stale: it completes without running, and whoever looks for the
+// job in the queue (the canceler, the sweeper) must look for this one.
+func (s *Store) TaskOf(ctx context.Context, key string) (string, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	id, err := s.rdb.Get(ctx, s.key("task", key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return key, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("results: task of %s: %w", key, err)
+	}
+	return id, nil
 }

@@ -2,6 +2,7 @@ package results_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,7 +45,9 @@ func TestBeginRunAsNotesTheRunUntilEndRun(t *testing.T) {
 	assert.Equal(t, "1|"+key+"|q", s.rdb.HGet(ctx, s.prefix+"active:w1", key).Val())
 	assert.True(t, s.rdb.SIsMember(ctx, s.prefix+"active", "w1").Val())
 
-	require.NoError(t, s.store.EndRun(ctx, "w1", key))
+	require.NoError(t, s.store.EndRun(ctx, "w1", key, 2))
+	assert.True(t, s.rdb.HExists(ctx, s.prefix+"active:w1", key).Val(), "the end of run 2 removed run 1's entry")
+	require.NoError(t, s.store.EndRun(ctx, "w1", key, 1))
 	assert.False(t, s.rdb.HExists(ctx, s.prefix+"active:w1", key).Val(), "the run stays noted after EndRun")
 
 	require.NoError(t, s.rdb.Set(ctx, s.prefix+"task:"+key, key+"#rescue-1", time.Minute).Err())
@@ -54,4 +57,50 @@ func TestBeginRunAsNotesTheRunUntilEndRun(t *testing.T) {
 	n, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: key + "#rescue-1", Queue: "q"})
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
+}
+
+// TestRecordRunIsFencedByTheRunToken: RecordRun stores the result of run n
+// of task t only while t carries the job and no run began since; a token
+// without a run is invalid. Record (no run) is not fenced.
+func TestRecordRunIsFencedByTheRunToken(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	id := "rr-1"
+	key := job.Key("", id)
+	_, _, err := s.store.RecordRun(ctx, okResult(id), results.RunToken{})
+	require.ErrorIs(t, err, results.ErrInvalid)
+	n, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w1", TaskID: key, Queue: "q"})
+	require.NoError(t, err)
+	// Run 1 was taken up again by the same task (asynq's recoverer after a
+	// lost lease): run 1 is stale.
+	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: key, Queue: "q"})
+	require.NoError(t, err)
+	_, _, err = s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n})
+	require.ErrorIs(t, err, results.ErrStaleRun, "a run started again since recorded")
+	_, _, err = s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n + 1, TaskID: key + "#rescue-1"})
+	require.ErrorIs(t, err, results.ErrStaleRun, "a task that does not carry the job recorded")
+	_, err = s.store.Get(ctx, key)
+	require.ErrorIs(t, err, results.ErrNotFound)
+	_, first, err := s.store.RecordRun(ctx, okResult(id), results.RunToken{Run: n + 1})
+	require.NoError(t, err)
+	assert.True(t, first, "the current run records")
+
+	// A counter lost (or set back) by a Redis failover is no evidence of a
+	// newer run: the run records rather than leave the job without a result.
+	for i, lose := range []func(k string) error{
+		func(k string) error { return s.rdb.Del(ctx, k).Err() },
+		func(k string) error { return s.rdb.Set(ctx, k, "1", time.Hour).Err() },
+	} {
+		lost := job.Key("", fmt.Sprintf("rr-lost-%d", i))
+		for range 2 {
+			_, err := s.store.BeginRunAs(ctx, lost, results.RunOwner{Worker: "w1", TaskID: lost, Queue: "q"})
+			require.NoError(t, err)
+		}
+		require.NoError(t, lose(s.prefix+"runs:"+lost))
+		_, tenantID, _ := job.SplitKey(lost)
+		_, first, err := s.store.RecordRun(ctx, okResult(tenantID), results.RunToken{Run: 2})
+		require.NoError(t, err, "case %d", i)
+		assert.True(t, first, "case %d", i)
+	}
 }

@@ -20,10 +20,10 @@ import (
 // small interface it declares itself (the scheduler's and the worker's
 // stores.go):
 //
-//	record.go     the terminal result: Record, Get, Finished
+//	record.go     the terminal result: Record, RecordRun, Get, Finished
 //	claims.go     which submission owns a job id: Claim
 //	cancel.go     the cancel flag: Cancel, Canceled
-//	runs.go       run counts and ownership: BeginRun, BeginRunAs, EndRun
+//	runs.go       run counts and ownership: BeginRun, BeginRunAs, EndRun, TaskOf
 //	admission.go  the tenants' rate window: Admit
 //	index.go      the job index: Queued, List, Changes, Reasons
 //	republish.go  results whose publish failed: RepublishPending

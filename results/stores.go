@@ -35,7 +35,9 @@ type StoreQuota struct {
 	// result retention so objects expire with the result naming them.
 	// Default DefaultRetention (24h).
 	Retention time.Duration
-	Replicas  int
+	// Replicas of the stream and buckets; 0 as in StreamConfig.Replicas
+	// (new: 1, existing: kept).
+	Replicas int
 }
 
 // Defaults of StoreQuota.
@@ -60,9 +62,6 @@ func (q StoreQuota) withDefaults() (StoreQuota, error) {
 	}
 	if q.Retention == 0 {
 		q.Retention = DefaultRetention
-	}
-	if q.Replicas == 0 {
-		q.Replicas = 1
 	}
 	return q, nil
 }
@@ -127,11 +126,14 @@ func EnsureTenantStores(ctx context.Context, js jetstream.JetStream, q StoreQuot
 	return nil
 }
 
-// ensureBucket creates bucket b, or updates it when its TTL or size
-// differs.
+// ensureBucket creates bucket b, or updates it when its TTL, size or
+// replicas (b.Replicas > 0) differ.
 func ensureBucket(ctx context.Context, js jetstream.JetStream, b jetstream.ObjectStoreConfig) error {
 	if st, err := js.Stream(ctx, "OBJ_"+b.Bucket); err == nil {
 		c := st.CachedInfo().Config
+		if b.Replicas == 0 {
+			b.Replicas = c.Replicas // an update must not scale it down to 1
+		}
 		if c.MaxAge == b.TTL && c.MaxBytes == b.MaxBytes && c.Replicas == b.Replicas {
 			return nil
 		}

@@ -32,7 +32,12 @@ type StreamConfig struct {
 	// ResultRetention is how long PADDOCK_RESULTS keeps a result. Default 24h;
 	// keep it equal to StoreConfig.Retention.
 	ResultRetention time.Duration
-	// Replicas of both streams (1, 3 or 5 in a NATS cluster). Default 1.
+	// Replicas of every stream and bucket (1, 3 or 5 in a NATS cluster of
+	// at least that many JetStream servers). An existing stream or bucket
+	// with another count is moved to it (JetStream adds or removes peers
+	// and catches them up). 0: a new stream gets 1, an existing one keeps
+	// its count, so a process started without the setting never scales a
+	// clustered fleet's streams down.
 	Replicas int
 	// JobsMaxBytes bounds PADDOCK_JOBS, i.e. the backlog of submissions no
 	// scheduler has taken yet (a submission leaves the stream once it is in
@@ -82,9 +87,6 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	}
 	if c.ResultRetention == 0 {
 		c.ResultRetention = DefaultRetention
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
 	}
 	return c, nil
 }
@@ -211,9 +213,18 @@ func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 // scheduler calls this at start, and a needless update racing a consumer
 // creation trips a data race inside nats-server's file store (seen under
 // -race with several schedulers starting at once).
+//
+// sc.Replicas 0 keeps an existing stream's count (a new one gets the
+// server's default, 1).
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
-	if st, err := js.Stream(ctx, sc.Name); err == nil && sameManaged(st.CachedInfo().Config, sc) {
-		return nil
+	if st, err := js.Stream(ctx, sc.Name); err == nil {
+		have := st.CachedInfo().Config
+		if sc.Replicas == 0 {
+			sc.Replicas = have.Replicas
+		}
+		if sameManaged(have, sc) {
+			return nil
+		}
 	}
 	var err error
 	for range 5 {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,51 +143,27 @@ func (c *Config) defaultLimits() {
 	if c.User == "" {
 		c.User = "1000:1000"
 	}
-	if c.NoFile == 0 {
-		c.NoFile = 1024
-	}
-	if c.FsizeBytes == 0 {
-		c.FsizeBytes = 256 << 20
-	}
-	if c.OutputKillBytes == 0 {
-		c.OutputKillBytes = 256 << 20
-	}
+	c.NoFile = cmp.Or(c.NoFile, 1024)
+	c.FsizeBytes = cmp.Or(c.FsizeBytes, 256<<20)
+	c.OutputKillBytes = cmp.Or(c.OutputKillBytes, 256<<20)
 }
 
 // defaultPool fills in the warm pool's sizes and the removal workers.
 func (c *Config) defaultPool() {
-	if c.PoolSize == 0 {
-		c.PoolSize = 2
-	}
-	if c.PoolMax == 0 {
-		c.PoolMax = 8
-	}
-	if c.PoolIdleTTL == 0 {
-		c.PoolIdleTTL = 5 * time.Minute
-	}
-	if c.RemoveWorkers == 0 {
-		c.RemoveWorkers = 2
-	}
+	c.PoolSize = cmp.Or(c.PoolSize, 2)
+	c.PoolMax = cmp.Or(c.PoolMax, 8)
+	c.PoolIdleTTL = cmp.Or(c.PoolIdleTTL, 5*time.Minute)
+	c.RemoveWorkers = cmp.Or(c.RemoveWorkers, 2)
 }
 
 // defaultTimings fills in the start timeout, the reaper's period and grace,
 // and init's watchdog with the heartbeat that feeds it.
 func (c *Config) defaultTimings() {
-	if c.StartTimeout == 0 {
-		c.StartTimeout = 60 * time.Second
-	}
-	if c.ReapInterval == 0 {
-		c.ReapInterval = 15 * time.Second
-	}
-	if c.ReapGrace == 0 {
-		c.ReapGrace = time.Minute
-	}
-	if c.Watchdog == 0 {
-		c.Watchdog = 5 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = min(time.Second, c.Watchdog/3)
-	}
+	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
+	c.ReapInterval = cmp.Or(c.ReapInterval, 15*time.Second)
+	c.ReapGrace = cmp.Or(c.ReapGrace, time.Minute)
+	c.Watchdog = cmp.Or(c.Watchdog, 5*time.Second)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, min(time.Second, c.Watchdog/3))
 }
 
 // checkControl validates the control channel to init: the watchdog, the
@@ -210,9 +187,7 @@ func (c *Config) checkControl() error {
 // prepareInstallDir defaults the install dir's size and checks that, when
 // it is on, User is numeric (its tmpfs is mounted with that uid and gid).
 func (c *Config) prepareInstallDir() error {
-	if c.InstallTmpfsMB == 0 {
-		c.InstallTmpfsMB = 256
-	}
+	c.InstallTmpfsMB = cmp.Or(c.InstallTmpfsMB, 256)
 	if c.InstallTmpfsMB > 0 {
 		if _, _, ok := numericUser(c.User); !ok {
 			return fmt.Errorf("%w: user %q must be numeric uid:gid when the install dir is on (set InstallTmpfsMB < 0 to turn it off)", ErrConfig, c.User)
@@ -315,18 +290,10 @@ type Mount struct {
 }
 
 func (p Profile) withDefaults() Profile {
-	if p.MemoryMB == 0 {
-		p.MemoryMB = 512
-	}
-	if p.CPUs == 0 {
-		p.CPUs = 0.5
-	}
-	if p.Pids == 0 {
-		p.Pids = 64
-	}
-	if p.TmpfsMB == 0 {
-		p.TmpfsMB = 64
-	}
+	p.MemoryMB = cmp.Or(p.MemoryMB, 512)
+	p.CPUs = cmp.Or(p.CPUs, 0.5)
+	p.Pids = cmp.Or(p.Pids, 64)
+	p.TmpfsMB = cmp.Or(p.TmpfsMB, 64)
 	return p
 }
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -35,9 +36,7 @@ var cpuSetRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 
 // checkWeight defaults DemotedCPUShares and validates the CPU weight settings.
 func (c *Config) checkWeight() error {
-	if c.DemotedCPUShares == 0 {
-		c.DemotedCPUShares = defaultDemotedShares
-	}
+	c.DemotedCPUShares = cmp.Or(c.DemotedCPUShares, defaultDemotedShares)
 	switch {
 	case c.CPUShares != 0 && (c.CPUShares < minCPUShares || c.CPUShares > maxCPUShares):
 		return fmt.Errorf("%w: box cpu shares %d must be 0 (the engine's 1024) or in [%d, %d]", ErrConfig, c.CPUShares, minCPUShares, maxCPUShares)

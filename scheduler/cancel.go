@@ -25,10 +25,12 @@ type TaskInspector interface {
 }
 
 // CancelStore is the part of *results.Store the Canceler uses: the
-// terminal result, and the cancel flag it sets.
+// terminal result, the cancel flag it sets, and the task carrying the job
+// (TaskOf: the job key, or the rescue task a rescuer moved it to).
 type CancelStore interface {
 	ResultStore
 	Cancel(ctx context.Context, key string) error
+	TaskOf(ctx context.Context, key string) (string, error)
 }
 
 // CancelerConfig configures a Canceler. A zero field takes its default.
@@ -175,52 +177,77 @@ func (c *Canceler) Cancel(ctx context.Context, tenant, id string) (job.CancelRep
 		return job.CancelReply{}, err
 	}
 	// A task may change state under us (a worker dequeues it between the
-	// look-up and the delete): look again, a few times.
+	// look-up and the delete, a rescuer moves the job to a rescue task):
+	// look again, a few times.
 	for range 3 {
-		q, info, err := c.find(key)
-		if err != nil {
-			return job.CancelReply{}, err
-		}
-		if info == nil {
-			// Not in any queue: still in JetStream (the scheduler sees the
-			// flag before enqueueing), just finished, or unknown.
-			if r, err := c.store.Get(ctx, key); err == nil {
-				return finished(r), nil
-			}
-			return job.CancelReply{ID: id, Outcome: job.CancelFlagged,
-				Message: "not in the queue yet (or unknown id): the cancel flag is set, so the job ends canceled when a scheduler or worker reaches it"}, nil
-		}
-		switch info.State {
-		case asynq.TaskStateActive:
-			if err := c.insp.CancelProcessing(key); err != nil {
-				// The worker's own poll of the flag still stops it.
-				c.log.WarnContext(ctx, "cancel: notifying the workers failed; the worker's flag poll will stop the job", "job", id, "err", err)
-			}
-			return job.CancelReply{ID: id, Outcome: job.CancelKilling,
-				Message: "running: its worker kills the container and records the result canceled"}, nil
-		case asynq.TaskStateCompleted:
-			if r, err := c.store.Get(ctx, key); err == nil {
-				return finished(r), nil
-			}
-			// Completed without a result cannot happen; record one.
-			return c.recordCanceled(ctx, tenant, id, info, "canceled after its task completed without a result")
-		case asynq.TaskStateArchived:
-			// Dead (retries used up) without a result: this is its end.
-			return c.recordCanceled(ctx, tenant, id, info, "canceled; the job had failed all its queue retries")
-		default: // pending, scheduled, retry, aggregating
-			err := c.insp.DeleteTask(q, key)
-			switch {
-			case err == nil:
-				return c.recordCanceled(ctx, tenant, id, info, "canceled while "+stateName(info.State)+" in the queue; it never ran")
-			case errors.Is(err, asynq.ErrTaskNotFound), strings.Contains(err.Error(), "active state"):
-				continue // it moved on: look again
-			default:
-				return job.CancelReply{}, fmt.Errorf("scheduler: delete task %s from queue %s: %w", id, q, err)
-			}
+		reply, done, err := c.cancelTask(ctx, tenant, id)
+		if done || err != nil {
+			return reply, err
 		}
 	}
 	return job.CancelReply{ID: id, Outcome: job.CancelFlagged,
 		Message: "the job keeps changing state; the cancel flag is set, so it ends canceled when a worker next reads it"}, nil
+}
+
+// cancelTask acts on the task that carries the job now (the job key, or a
+// rescue task <key>#rescue-<run> after its worker died: the original task
+// is then stale, and removing it would cancel nothing). done is false when
+// the task moved on meanwhile: look again.
+func (c *Canceler) cancelTask(ctx context.Context, tenant, id string) (reply job.CancelReply, done bool, err error) {
+	key := job.Key(tenant, id)
+	task, err := c.store.TaskOf(ctx, key)
+	if err != nil {
+		return job.CancelReply{}, true, err
+	}
+	q, info, err := c.find(task)
+	if err != nil {
+		return job.CancelReply{}, true, err
+	}
+	if info == nil {
+		// Not in any queue: still in JetStream (the scheduler sees the
+		// flag before enqueueing), just finished, a rescue not enqueued
+		// yet, or unknown.
+		if r, err := c.store.Get(ctx, key); err == nil {
+			return finished(r), true, nil
+		}
+		return job.CancelReply{ID: id, Outcome: job.CancelFlagged,
+			Message: "not in the queue yet (or unknown id): the cancel flag is set, so the job ends canceled when a scheduler or worker reaches it"}, true, nil
+	}
+	switch info.State {
+	case asynq.TaskStateActive:
+		if err := c.insp.CancelProcessing(task); err != nil {
+			// The worker's own poll of the flag still stops it.
+			c.log.WarnContext(ctx, "cancel: notifying the workers failed; the worker's flag poll will stop the job", "job", id, "err", err)
+		}
+		return job.CancelReply{ID: id, Outcome: job.CancelKilling,
+			Message: "running: its worker kills the container and records the result canceled"}, true, nil
+	case asynq.TaskStateCompleted:
+		if r, err := c.store.Get(ctx, key); err == nil {
+			return finished(r), true, nil
+		}
+		// Completed without a result cannot happen; record one.
+		reply, err := c.recordCanceled(ctx, tenant, id, info, "canceled after its task completed without a result")
+		return reply, true, err
+	case asynq.TaskStateArchived:
+		// Dead (retries used up) without a result: this is its end.
+		reply, err := c.recordCanceled(ctx, tenant, id, info, "canceled; the job had failed all its queue retries")
+		return reply, true, err
+	}
+	// pending, scheduled, retry, aggregating
+	err = c.insp.DeleteTask(q, task)
+	switch {
+	case err == nil:
+		msg := "canceled while " + stateName(info.State) + " in the queue; it never ran"
+		if task != key {
+			msg = "canceled while its rescue (" + task + ") was " + stateName(info.State) + " in the queue; its earlier run was lost with its worker, and it did not run again"
+		}
+		reply, err := c.recordCanceled(ctx, tenant, id, info, msg)
+		return reply, true, err
+	case errors.Is(err, asynq.ErrTaskNotFound), strings.Contains(err.Error(), "active state"):
+		return job.CancelReply{}, false, nil // it moved on: look again
+	default:
+		return job.CancelReply{}, true, fmt.Errorf("scheduler: delete task %s from queue %s: %w", task, q, err)
+	}
 }
 
 // find returns the queue and task of id, or a nil info when no queue has it.

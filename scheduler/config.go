@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,54 +121,34 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative", c.Concurrency)
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 8
-	}
-	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, 8)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	if c.AckWait < time.Second {
 		bad("AckWait %s is below 1s", c.AckWait)
 	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 10
-	}
-	if c.MaxRetry == 0 {
-		c.MaxRetry = 3
-	}
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 10)
+	c.MaxRetry = cmp.Or(c.MaxRetry, 3)
 	if c.MaxRetry < 0 {
 		c.MaxRetry = 0
 	}
-	if c.TaskRetention == 0 {
-		c.TaskRetention = 24 * time.Hour
-	}
+	c.TaskRetention = cmp.Or(c.TaskRetention, 24*time.Hour)
 	if c.TaskRetention < 0 {
 		bad("TaskRetention %s is negative", c.TaskRetention)
 	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = time.Second
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = max(30*time.Second, c.BackoffMin)
-	}
+	c.BackoffMin = cmp.Or(c.BackoffMin, time.Second)
+	c.BackoffMax = cmp.Or(c.BackoffMax, max(30*time.Second, c.BackoffMin))
 	if c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin {
 		bad("backoff [%s, %s] is not a valid range", c.BackoffMin, c.BackoffMax)
 	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 10 * time.Second
-	}
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
 	}
 	if c.Tenants == nil {
 		c.Tenants = StaticTenants{{Tenant: job.DefaultTenant}}
 	}
-	if c.MaxRunning == 0 {
-		c.MaxRunning = 64
-	}
-	if c.HoldCheck == 0 {
-		c.HoldCheck = 10 * time.Second
-	}
+	c.MaxRunning = cmp.Or(c.MaxRunning, 64)
+	c.HoldCheck = cmp.Or(c.HoldCheck, 10*time.Second)
 	if c.MaxRunning < 0 || c.Slots < 0 || c.HoldCheck < 0 {
 		bad("MaxRunning %d, Slots %d and HoldCheck %s must not be negative", c.MaxRunning, c.Slots, c.HoldCheck)
 	}

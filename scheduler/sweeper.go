@@ -14,6 +14,13 @@ import (
 	"github.com/paddockhq/paddock/results"
 )
 
+// SweepStore is the part of *results.Store the Sweeper uses: the terminal
+// result, and the task carrying the job (TaskOf).
+type SweepStore interface {
+	ResultStore
+	TaskOf(ctx context.Context, key string) (string, error)
+}
+
 // ArchiveInspector is the part of *asynq.Inspector the Sweeper uses.
 type ArchiveInspector interface {
 	ListArchivedTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
@@ -38,13 +45,16 @@ type SweeperConfig struct {
 // archives it without running it again), or when the handler failed on its
 // last try before it could record anything (Redis unreachable). Each pass
 // records `infra` for every archived job task that has no result (SET NX:
-// a result recorded meanwhile wins) and then deletes the archived task, so
+// a result recorded meanwhile wins) and still carries its job (a rescue
+// task <key>#rescue-<run> is mapped back to its job key; an original task
+// whose job a rescue carries now is stale and gets no result), and then
+// deletes the archived task, so
 // a pass costs one list call per queue when nothing was archived. Run one
 // next to every scheduler; concurrent sweepers are harmless. It is a
 // restartable service.
 type Sweeper struct {
 	insp  ArchiveInspector
-	store ResultStore
+	store SweepStore
 	cfg   SweeperConfig
 	log   *slog.Logger
 
@@ -52,7 +62,7 @@ type Sweeper struct {
 }
 
 // NewSweeper returns a stopped Sweeper.
-func NewSweeper(insp ArchiveInspector, store ResultStore, cfg SweeperConfig) (*Sweeper, error) {
+func NewSweeper(insp ArchiveInspector, store SweepStore, cfg SweeperConfig) (*Sweeper, error) {
 	if insp == nil || store == nil {
 		return nil, fmt.Errorf("%w: nil ArchiveInspector or store", ErrConfig)
 	}
@@ -121,11 +131,19 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 }
 
 // settle records the infra result of an archived task unless it has a
-// result, then deletes the task.
+// result or another task carries its job, then deletes the task.
 func (s *Sweeper) settle(ctx context.Context, q string, ti *asynq.TaskInfo) (bool, error) {
 	recorded := false
 	key := job.TaskKey(ti.ID) // the task id is the job key, or a rescue of it (<key>#rescue-<run>)
-	if _, err := s.store.Get(ctx, key); errors.Is(err, results.ErrNotFound) {
+	carrier, err := s.store.TaskOf(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read the task of archived job %s: %w", ti.ID, err)
+	}
+	if carrier != ti.ID {
+		// Stale: a rescuer moved the job to another task (its worker died),
+		// which runs it or ends it; this one gave up on nothing.
+		s.log.InfoContext(ctx, "archived task is stale: another task carries its job", "task", ti.ID, "carrier", carrier)
+	} else if _, err := s.store.Get(ctx, key); errors.Is(err, results.ErrNotFound) {
 		tenant, id, _ := job.SplitKey(key)
 		r := job.Result{ID: id, Tenant: tenant, FinishedAt: s.cfg.Now().UTC(),
 			Error: fmt.Sprintf("the queue gave up on the job after %d tries (last error: %s); this is a failure of the fleet (workers crashed or lost Redis while running it), not of the job: check the workers' logs, then submit it again with a new id",

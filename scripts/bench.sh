@@ -86,10 +86,12 @@ fi
 
 # control_plane: jobs/s through NATS → scheduler → asynq → worker → result
 # with the worker's bench-only no-op executor (no Docker), against the test
-# Redis (appendfsync always) and with appendfsync everysec; CPU profiles in
-# OUT/control_plane.cpu.*.pprof.
+# Redis (appendfsync always) and with appendfsync everysec; after each round,
+# asynq_raw: asynq alone (no-op tasks) on the same Redis and settings
+# (OUT/asynq_raw.json), the base of the control-plane targets; CPU profiles
+# in OUT/control_plane.cpu.*.pprof.
 if [[ "${BENCH_CP:-1}" != 0 ]]; then
-	log "control_plane: no-op executor throughput (about 3 minutes)"
+	log "control_plane: no-op executor throughput, and asynq_raw beside it (about 4 minutes)"
 	PADDOCK_CONTROL_PLANE=1 PADDOCK_CONTROL_PLANE_OUT="$(realpath -m "${out}")/control_plane.json" \
 		PADDOCK_CP_VARIANTS="${BENCH_CP_VARIANTS:-default:;everysec:@appendfsync=everysec}" \
 		go test -count=1 -v -timeout 10m -run 'TestControlPlane' ./internal/faulttest/ 2>&1 | grep -E '^ *\|.*\|$|jobs/s|PASS|FAIL|ok' || true

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,9 +71,7 @@ func NewMinter(accounts AccountLookup, seed []byte, cfg MinterConfig) (*Minter, 
 	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicAccountKey(pub) {
 		return nil, fmt.Errorf("%w: the gateway key must be an account signing key (a seed \"SA…\")", ErrMint)
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = time.Hour
-	}
+	cfg.TTL = cmp.Or(cfg.TTL, time.Hour)
 	if cfg.TTL < MinMintTTL || cfg.TTL > MaxMintTTL {
 		return nil, fmt.Errorf("%w: TTL %s: use %s to %s", ErrMint, cfg.TTL, MinMintTTL, MaxMintTTL)
 	}

@@ -39,8 +39,7 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream) (*Registry, error)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, RegistryBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: RegistryBucket,
-			Description: "Paddock tenants (package tenant)", History: 1, Storage: jetstream.FileStorage})
+		kv, err = js.CreateKeyValue(ctx, registryConfig(0))
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process created it meanwhile
 			kv, err = js.KeyValue(ctx, RegistryBucket)
 		}

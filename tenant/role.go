@@ -78,8 +78,9 @@ var serviceGrants = map[Role]Grant{
 	},
 	RoleWorker: {
 		// $O.> and $JS.FC.>: Object Store chunks (kept output, artifacts)
-		// and the flow control of reading input files.
-		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>", "$O.>", "$JS.FC.>"},
+		// and the flow control of reading input files. paddock.wake.>: a
+		// worker's rescuer wakes idle workers for the rescue it enqueued.
+		Pub: []string{job.SubjectResultPrefix + ">", SubjectOutputPrefix + ">", "$JS.API.>", "_INBOX.>", "$O.>", "$JS.FC.>", job.SubjectWakePrefix + ">"},
 		Sub: []string{"_INBOX.>", job.SubjectCancelPrefix + ">", job.SubjectResultPrefix + ">", job.SubjectWakePrefix + ">"},
 	},
 	RoleGateway: gatewayGrant(),

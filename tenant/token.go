@@ -94,8 +94,7 @@ func NewTokens(ctx context.Context, js jetstream.JetStream, reg RecordGetter) (*
 	defer cancel()
 	kv, err := js.KeyValue(ctx, TokensBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: TokensBucket,
-			Description: "Paddock bearer tokens, by SHA-256 (package tenant)", History: 1, Storage: jetstream.FileStorage})
+		kv, err = js.CreateKeyValue(ctx, tokensConfig(0))
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process created it meanwhile
 			kv, err = js.KeyValue(ctx, TokensBucket)
 		}

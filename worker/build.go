@@ -99,6 +99,10 @@ func Build(ctx context.Context, rdb redis.UniversalClient, docker sandbox.Docker
 		}
 		return nil, err
 	}
+	if js != nil {
+		nc := js.Conn()
+		w.wakePub = func(queue string) { _ = nc.Publish(job.WakeSubject(queue), nil) } // fire and forget, as the scheduler's
+	}
 	woken.Store(w)
 	return w, nil
 }

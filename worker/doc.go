@@ -14,15 +14,18 @@
 // when the retries are spent.
 //
 // The worker reaches Redis through results.Store, by concern, with the
-// narrow interfaces it declares beside their use: ResultStore (Record, Get;
-// handler.go), RunStore (BeginRunAs, EndRun: the run counter and this
+// narrow interfaces it declares beside their use: ResultStore (Record,
+// RecordRun, Get; handler.go, result.go), RunStore (BeginRunAs, EndRun: the run counter and this
 // worker's active set; handler.go) and CancelFlags (Canceled; cancel.go).
 // Store, what New takes, is their union. A live worker's rescuer
 // (internal/asynqx.Rescuer, started with the heartbeat) runs the jobs of
-// dead workers again under "<key>#rescue-<run>" task ids; a worker that
-// could not renew its heartbeat in time fences itself first (fence.go): it
-// kills its running jobs and records none of their results, so a rescue
-// never overlaps a run.
+// dead workers again under "<key>#rescue-<run>" task ids and wakes idle
+// workers for them (the scheduler's wake-up, published on NATS when Build
+// has it: wake.go); a worker that could not renew its heartbeat in time
+// fences itself first (fence.go): it kills its running jobs and records
+// none of their results, so a rescue never overlaps a run. A run's result
+// is written with its run token (results.Store.RecordRun): a run rescued
+// after its fence check records nothing (results.ErrStaleRun).
 //
 // Build makes a worker from the fleet's connections (the sandbox runtime
 // over Docker, agent I/O and the wake-up subscription over NATS); New

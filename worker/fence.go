@@ -104,10 +104,11 @@ func (w *Worker) fenced(ctx context.Context) bool {
 	return now || ok && epoch != start || errors.Is(context.Cause(ctx), errFenced)
 }
 
-// endRun removes the run of key from this worker's active set
-// (results.Store.EndRun, a final write on its own deadline).
-func (w *Worker) endRun(ctx context.Context, key string) {
-	if err := w.runs.EndRun(ctx, w.cfg.ID, key); err != nil {
+// endRun removes run of key from this worker's active set
+// (results.Store.EndRun, a final write on its own deadline; another run's
+// entry, this worker's run of the job's rescue, stays).
+func (w *Worker) endRun(ctx context.Context, key string, run int) {
+	if err := w.runs.EndRun(ctx, w.cfg.ID, key, run); err != nil {
 		w.log.WarnContext(ctx, "could not remove the run from the active set; a rescuer checks it against the run counter", "job", key, "err", err)
 	}
 }

@@ -40,10 +40,12 @@ type jobRun struct {
 func (r *jobRun) deadline() time.Time { return r.res.StartedAt.Add(r.eff.JobTimeout) }
 
 // ResultStore is the part of *results.Store that keeps a job's terminal
-// result: Record (first writer wins) and Get (results.ErrNotFound when
-// there is none).
+// result: Record (first writer wins), RecordRun (the same, fenced by the
+// run's token: results.ErrStaleRun once the run was superseded) and Get
+// (results.ErrNotFound when there is none).
 type ResultStore interface {
 	Record(ctx context.Context, r job.Result) (job.Result, bool, error)
+	RecordRun(ctx context.Context, r job.Result, tok results.RunToken) (job.Result, bool, error)
 	Get(ctx context.Context, key string) (job.Result, error)
 }
 
@@ -52,7 +54,7 @@ type ResultStore interface {
 // worker reads once this one's heartbeat is gone.
 type RunStore interface {
 	BeginRunAs(ctx context.Context, key string, o results.RunOwner) (int, error)
-	EndRun(ctx context.Context, worker, key string) error
+	EndRun(ctx context.Context, worker, key string, run int) error
 }
 
 // ProcessTask is the asynq handler of job.TaskType. It returns in one of
@@ -93,7 +95,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	} else if err != nil {
 		return err
 	}
-	defer w.endRun(ctx, key)
+	defer w.endRun(ctx, key, r.res.Runs)
 	return w.withVolume(ctx, r, w.runJob) // volume.go
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -31,7 +30,13 @@ func (w *Worker) finish(ctx context.Context, r *jobRun, reason job.Reason, msg s
 		r.res.Kept = r.io.kept
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int64(job.AttrKeptBytes, r.io.kept.Stdout.Bytes+r.io.kept.Stderr.Bytes))
 	}
-	err := w.record(ctx, r.log, r.res)
+	err := w.record(ctx, r)
+	if errors.Is(err, results.ErrStaleRun) {
+		// Rescued or run again meanwhile (a freeze past the heartbeat's TTL
+		// after the fence check): the run that superseded this one records.
+		r.log.WarnContext(ctx, "this run was superseded (rescued or run again); its result was not recorded", "err", err)
+		return nil
+	}
 	if err == nil {
 		// After the record: a follower that sees the end finds the result.
 		r.io.end(reason)
@@ -130,11 +135,25 @@ func requeue(ctx context.Context, id string) error {
 }
 
 // record writes the terminal result on a detached context: a final write
-// must not be lost to the cancellation that ended the job.
-func (w *Worker) record(ctx context.Context, log *slog.Logger, res job.Result) error {
+// must not be lost to the cancellation that ended the job. The result of a
+// run (one beginRun counted) is fenced by the run's token: it is stored
+// only while the run is still the job's (results.Store.RecordRun), else
+// the error wraps results.ErrStaleRun.
+func (w *Worker) record(ctx context.Context, r *jobRun) error {
+	log, res := r.log, r.res
 	dctx, cancel := detached(ctx)
 	defer cancel()
-	stored, first, err := w.store.Record(dctx, res)
+	var stored job.Result
+	var first bool
+	var err error
+	if res.Runs > 0 {
+		stored, first, err = w.store.RecordRun(dctx, res, results.RunToken{Run: res.Runs, TaskID: r.task})
+	} else {
+		stored, first, err = w.store.Record(dctx, res)
+	}
+	if errors.Is(err, results.ErrStaleRun) {
+		return err
+	}
 	if err != nil && !errors.Is(err, results.ErrNotPublished) {
 		return fmt.Errorf("worker: record result of %s: %w", res.ID, err)
 	}

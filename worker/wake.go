@@ -14,3 +14,15 @@ func (w *Worker) Wake(queue string) {
 		g.Wake(queue)
 	}
 }
+
+// wakeRescued is the rescuer's wake-up after it enqueued a dead worker's
+// job again: like the scheduler after an enqueue, it publishes the wake-up
+// (with NATS: Build) so that any idle worker takes the rescue now rather
+// than at its backstop poll, and wakes this worker directly too (its NATS
+// user may predate the grant to publish wake-ups).
+func (w *Worker) wakeRescued(queue string) {
+	if w.wakePub != nil {
+		w.wakePub(queue)
+	}
+	w.Wake(queue)
+}

@@ -273,6 +273,10 @@ func (c Config) timingDefaults() Config {
 
 // Worker runs jobs from asynq in sandbox sessions.
 type Worker struct {
+	// wakePub publishes a wake-up to every worker (job.WakeSubject); Build
+	// sets it when it has NATS (wake.go).
+	wakePub func(queue string)
+
 	rdb     redis.UniversalClient
 	rt      *sandbox.Runtime
 	store   ResultStore // the Store given to New, by concern: store, runs, flags
@@ -332,6 +336,7 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	w.hb.Status = w.beatStatus
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
 	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
+		Wake: w.wakeRescued,
 		OnRescue: func(string) {
 			w.m.RunRescued(context.Background())
 			_ = failwatch.NoteRescue(context.Background(), rdb, cfg.KeyPrefix) // the fleet view's count

@@ -162,3 +162,37 @@ func TestAsynqRecoversAnExpiredLease(t *testing.T) {
 	assert.Equal(t, redis.Nil, probe.ZScore(ctx, prefix+"lease", id).Err())
 	assert.Equal(t, "zset", probe.Type(ctx, prefix+"retry").Val())
 }
+
+// TestAsynqCompletedLayout: a task handled with a retention leaves the
+// active list and the lease set for the completed set, scored by its
+// expiry (now + retention, Unix seconds), its hash kept with state
+// "completed", and its id still taken. The rescuer's retirement of a
+// rescued original (rescue_retire.lua) leaves a task just so.
+func TestAsynqCompletedLayout(t *testing.T) {
+	rs := testsvc.StartRedis(t)
+	rdb, probe := rs.Client(), rs.Client()
+	t.Cleanup(func() { rdb.Close(); probe.Close() })
+	ctx := context.Background()
+	queue, id := testsvc.Unique("q"), "dev/"+testsvc.Unique("j")
+	started, release := make(chan string, 1), make(chan struct{})
+	close(release) // the handler returns at once
+	srv := blockingServer(t, rdb, queue, started, release)
+	t.Cleanup(srv.Shutdown)
+	cl := asynq.NewClientFromRedisClient(probe)
+	_, err := cl.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(id), asynq.Queue(queue), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	prefix := "asynq:{" + queue + "}:"
+	require.Eventually(t, func() bool { return probe.ZScore(ctx, prefix+"completed", id).Err() == nil },
+		20*time.Second, 10*time.Millisecond, "the task did not complete")
+	score := probe.ZScore(ctx, prefix+"completed", id).Val()
+	expiry := time.Unix(int64(score), 0)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), expiry, time.Minute, "completed is scored by now + retention")
+	assert.Equal(t, "completed", probe.HGet(ctx, prefix+"t:"+id, "state").Val())
+	assert.Empty(t, probe.LRange(ctx, prefix+"active", 0, -1).Val())
+	assert.Equal(t, redis.Nil, probe.ZScore(ctx, prefix+"lease", id).Err())
+	info, err := asynq.NewInspectorFromRedisClient(probe).GetTaskInfo(queue, id)
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateCompleted, info.State)
+	_, err = cl.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(id), asynq.Queue(queue))
+	assert.ErrorIs(t, err, asynq.ErrTaskIDConflict, "asynq let a kept completed task's id be taken again")
+}

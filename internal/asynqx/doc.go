@@ -17,13 +17,16 @@
 // re-enqueues a dead worker's runs as "<key>#rescue-<run>" tasks within
 // seconds, where asynq's recoverer takes one to two minutes, and relies on
 // asynq for the rest (task-id uniqueness, the active task's hash that
-// Inspector.GetTaskInfo reads, the recoverer's later retry of the original
-// task, which the worker then completes without running). Its doc lists
-// those, and Paddock's keys it reads. TestAsynqLeasesAnActiveTask and
-// TestAsynqRecoversAnExpiredLease (asynq_test.go) pin asynq's side with a
-// real asynq server on a real Redis: the active list, the lease set and its
-// expiry, the task hash and its state, the id conflict, the recoverer's
-// move to retry. It could be deleted if asynq made its lease duration and
+// Inspector.GetTaskInfo reads, the layout of active and completed tasks,
+// which its retirement of the dead worker's original task edits once that
+// task's lease expired, and otherwise the recoverer's later retry of the
+// original task, which the worker then completes without running). Its doc
+// lists those, and Paddock's keys it reads. TestAsynqLeasesAnActiveTask,
+// TestAsynqRecoversAnExpiredLease and TestAsynqCompletedLayout
+// (asynq_test.go) pin asynq's side with a real asynq server on a real
+// Redis: the active list, the lease set and its expiry, the task hash and
+// its state, the completed set, the id conflict, the recoverer's move to
+// retry. It could be deleted if asynq made its lease duration and
 // recoverer interval Config fields (docs/reliability.md, "Upstream asynq
 // change we would propose"): a lease of a few seconds would make asynq's
 // own recovery as quick. The worker uses it through a Start/Stop interface

@@ -37,14 +37,27 @@ import (
 //   - Inspector.GetTaskInfo of the dead worker's task, still active (asynq
 //     keeps its hash, asynq:{<queue>}:t:<id>, with its payload, headers,
 //     MaxRetry, Timeout and Retention) until the recoverer moves it;
-//   - the recoverer later retrying the original task (counted against its
+//   - the layout of an active task and of a completed one, which the
+//     rescuer's retirement (rescue_retire.lua) edits directly: once the
+//     rescue is enqueued and the original's lease expired (RetireMargin
+//     past it), the original leaves asynq:{<queue>}:active (a list) and
+//     asynq:{<queue>}:lease, and is completed as asynq completes a task
+//     (asynq:{<queue>}:completed, a sorted set scored by now + retention
+//     in Unix seconds; the hash's state "completed"; without retention the
+//     hash is deleted), so that queue counts (the dashboard, asynqmon,
+//     KEDA) stop counting it within about 35 s of the crash, not after
+//     asynq's recoverer. asynq's heartbeater extends leases with ZADD XX,
+//     so a late extension by a frozen worker never brings it back;
+//   - otherwise (a retirement not yet due when the recoverer passes) the
+//     recoverer retrying the original task (counted against its
 //     MaxRetry), which then runs against a job that another task carries:
 //     results.Store.BeginRunAs refuses it (results.ErrStaleTask) and the
 //     worker completes it without running.
 //
-// TestAsynqLeasesAnActiveTask and TestAsynqRecoversAnExpiredLease pin the
-// key names and types above and the recoverer's move; TestRescue* pin the
-// rest against a real asynq Client and Inspector on a real Redis.
+// TestAsynqLeasesAnActiveTask, TestAsynqRecoversAnExpiredLease and
+// TestAsynqCompletedLayout pin the key names and types above and the
+// recoverer's move; TestRescue* pin the rest against a real asynq Client
+// and Inspector on a real Redis.
 //
 // And on Paddock's keys (results/doc.go): the worker's heartbeat,
 // <prefix>worker:<id>, whose absence makes a worker dead; the active sets
@@ -77,10 +90,19 @@ var rescueScanSource string
 //go:embed rescue_claim.lua
 var rescueClaimSource string
 
+//go:embed rescue_retire.lua
+var rescueRetireSource string
+
 var (
-	rescueScanScript  = redis.NewScript(rescueScanSource)
-	rescueClaimScript = redis.NewScript(rescueClaimSource)
+	rescueScanScript   = redis.NewScript(rescueScanSource)
+	rescueClaimScript  = redis.NewScript(rescueClaimSource)
+	rescueRetireScript = redis.NewScript(rescueRetireSource)
 )
+
+// RetireMargin is how long past its lease's expiry (by Redis's clock) a
+// rescued original task is taken out of asynq's active list: room for the
+// clocks of the workers (which score the lease) and of Redis to differ.
+const RetireMargin = 5 * time.Second
 
 // RescuerConfig configures a Rescuer. A zero field takes its default.
 type RescuerConfig struct {
@@ -93,6 +115,14 @@ type RescuerConfig struct {
 	// OnRescue is called with each rescue task id enqueued (tests, metrics);
 	// not again for a run an earlier pass enqueued already.
 	OnRescue func(taskID string)
+	// Wake, optional, is called with the queue of each rescue task
+	// enqueued, as the scheduler wakes idle workers after its enqueues
+	// (job.WakeSubject): without it, a fleet with wake-ups finds the
+	// rescue only at its backstop poll.
+	Wake func(queue string)
+	// OnRetire is called with each original task taken out of asynq's
+	// active list (tests, metrics).
+	OnRetire func(taskID string)
 }
 
 // Rescuer makes the jobs of dead workers run again within seconds, instead
@@ -104,9 +134,11 @@ type RescuerConfig struct {
 // whose heartbeat key is gone. For each run that has no result and was not
 // started again since, it moves the job to a new task id
 // (<prefix>task:<key> = <key>#rescue-<run>, in a script atomic with
-// BeginRunAs) and enqueues that task with asynq's public Client: the
-// original task, when asynq's recoverer retries it a minute later, is then
-// stale and completes without running. A dead worker fenced itself before
+// BeginRunAs), enqueues that task with asynq's public Client and wakes
+// idle workers for its queue (RescuerConfig.Wake). The original task is
+// then stale: its run can record nothing (results.Store.RecordRun), and it
+// leaves asynq's active list once its lease expired (retire), or, if
+// asynq's recoverer retries it first, completes without running. A dead worker fenced itself before
 // its key could expire (worker.Heartbeat), and its boxes died with it
 // (their watchdogs), so the re-run never overlaps the first run. It is a
 // restartable service.
@@ -172,7 +204,28 @@ func (r *Rescuer) Pass(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
+	retired, err := r.retire(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range retired {
+		r.log.InfoContext(ctx, "retired a rescued job's original task from asynq's active list (its lease expired)", "task", id)
+		if r.cfg.OnRetire != nil {
+			r.cfg.OnRetire(id)
+		}
+	}
 	return done, errors.Join(errs...)
+}
+
+// retire runs rescue_retire.lua: the original tasks of rescued runs leave
+// asynq's active list and lease set once their lease expired, and return
+// their ids.
+func (r *Rescuer) retire(ctx context.Context) ([]string, error) {
+	ids, err := rescueRetireScript.Run(ctx, r.rdb, []string{r.cfg.KeyPrefix + "retire"}, int(RetireMargin/time.Second)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("asynqx: retire rescued tasks: %w", err)
+	}
+	return ids, nil
 }
 
 // rescue re-enqueues dead worker w's run of key (val: "run|task id|queue")
@@ -210,15 +263,27 @@ func (r *Rescuer) rescue(ctx context.Context, w, key, val string) (string, error
 	}
 	if created {
 		r.log.InfoContext(ctx, "rescued a dead worker's job", "job", key, "dead_worker", w, "run", run, "task", newID)
+		if r.cfg.Wake != nil {
+			r.cfg.Wake(queue)
+		}
 		if r.cfg.OnRescue != nil {
 			r.cfg.OnRescue(newID)
 		}
 	}
-	// The claim's last write: it runs even when Stop canceled the pass, or
-	// the next pass would find the entry and claim the run again.
+	// The claim's last writes: they run even when Stop canceled the pass,
+	// or the next pass would find the entry and claim the run again. The
+	// original task is noted for retirement from asynq's active list
+	// (retire), in the same transaction.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return newID, r.rdb.HDel(dctx, active, key).Err()
+	retire := p + "retire"
+	_, err = r.rdb.TxPipelined(dctx, func(pl redis.Pipeliner) error {
+		pl.SAdd(dctx, retire, queue+"|"+strconv.Itoa(int(info.Retention/time.Second))+"|"+taskID)
+		pl.Expire(dctx, retire, 24*time.Hour)
+		pl.HDel(dctx, active, key)
+		return nil
+	})
+	return newID, err
 }
 
 // enqueue puts the rescue task newID, a copy of info's task with one try

@@ -156,3 +156,134 @@ func TestRescuerStartStop(t *testing.T) {
 	}
 	assert.Empty(t, rescued, "a run was rescued twice")
 }
+
+// TestRescuedRunCannotRecord closes the residual window: a worker frozen
+// past its heartbeat's TTL after its own fence check still holds run 1's
+// token when it resumes. Once the rescuer moved the job to
+// <key>#rescue-1, that run's RecordRun is refused (results.ErrStaleRun:
+// nothing stored, nothing published) even though no result exists yet, and
+// the rescue's run records. Without the check in results/recordrun.lua the
+// stale writer would be first and the rescue's result lost.
+func TestRescuedRunCannotRecord(t *testing.T) {
+	s := newRescueSetup(t)
+	ctx := context.Background()
+	tenant, id := job.DefaultTenant, testsvc.Unique("stale")
+	key := job.Key(tenant, id)
+	_, err := s.cl.Enqueue(asynq.NewTask(job.TaskType, []byte("spec")),
+		asynq.TaskID(key), asynq.Queue(job.DefaultQueue), asynq.MaxRetry(3))
+	require.NoError(t, err)
+	frozen := testsvc.Unique("frozen") // never beats: dead to the rescuer
+	run, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: frozen, TaskID: key, Queue: job.DefaultQueue})
+	require.NoError(t, err)
+	got, err := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Logger: quiet}).Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{asynqx.RescueID(key, run)}, got)
+
+	result := func(worker string) job.Result {
+		r := job.Result{ID: id, Tenant: tenant, Worker: worker}
+		r.Finish(job.ReasonOK)
+		return r
+	}
+	_, _, err = s.store.RecordRun(ctx, result(frozen), results.RunToken{Run: run, TaskID: key})
+	require.ErrorIs(t, err, results.ErrStaleRun, "the rescued run recorded")
+	_, err = s.store.Get(ctx, key)
+	require.ErrorIs(t, err, results.ErrNotFound, "the stale run stored a result")
+
+	rescue := asynqx.RescueID(key, run)
+	run2, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: "w2", TaskID: rescue, Queue: job.DefaultQueue})
+	require.NoError(t, err)
+	stored, first, err := s.store.RecordRun(ctx, result("w2"), results.RunToken{Run: run2, TaskID: rescue})
+	require.NoError(t, err)
+	assert.True(t, first)
+	assert.Equal(t, "w2", stored.Worker)
+
+	// After the rescue recorded, the stale run is told the stored result,
+	// like any later writer, and changes nothing.
+	stored, first, err = s.store.RecordRun(ctx, result(frozen), results.RunToken{Run: run, TaskID: key})
+	require.NoError(t, err)
+	assert.False(t, first)
+	assert.Equal(t, "w2", stored.Worker, "the rescue's result wins")
+}
+
+// TestRescuerRetiresTheOriginalOnceItsLeaseExpired: a dead worker's task
+// stays in asynq's active list and lease set after its rescue is enqueued
+// (the dashboard, asynqmon and KEDA count it) until asynq's recoverer, a
+// minute or two later. The rescuer takes it out itself, but only once its
+// lease expired (RetireMargin past it): before that a pass leaves it. The
+// retired task ends completed, as asynq leaves a completed one (no lease
+// left for asynq's recoverer to see); the rescue task is untouched and the
+// rescue's enqueue woke its queue.
+func TestRescuerRetiresTheOriginalOnceItsLeaseExpired(t *testing.T) {
+	s := newRescueSetup(t)
+	ctx := context.Background()
+	queue := testsvc.Unique("q")
+	key := job.Key("", testsvc.Unique("ret"))
+	dead, cut := s.rdb.Options(), &cutOff{}
+	deadRdb := redis.NewClient(dead)
+	t.Cleanup(func() { deadRdb.Close() })
+	deadRdb.AddHook(cut)
+	started, release := make(chan string, 1), make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(deadRdb, asynq.Config{Concurrency: 1, Queues: map[string]int{queue: 1}, LogLevel: asynq.FatalLevel, ShutdownTimeout: time.Second})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(job.TaskType, func(ctx context.Context, _ *asynq.Task) error {
+		started <- key
+		<-release
+		return nil
+	})
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(func() { close(release); srv.Shutdown() })
+	_, err := s.cl.Enqueue(asynq.NewTask(job.TaskType, []byte("spec")), asynq.TaskID(key), asynq.Queue(queue),
+		asynq.MaxRetry(3), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task was not handled")
+	}
+	_, err = s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: testsvc.Unique("dead"), TaskID: key, Queue: queue})
+	require.NoError(t, err)
+	cut.on.Store(true) // the worker is gone: nothing renews its lease
+
+	var woken []string
+	var retired []string
+	r := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Logger: quiet,
+		Wake: func(q string) { woken = append(woken, q) }, OnRetire: func(id string) { retired = append(retired, id) }})
+	got, err := r.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{asynqx.RescueID(key, 1)}, got)
+	assert.Equal(t, []string{queue}, woken, "the rescue's enqueue woke no worker")
+	prefix := "asynq:{" + queue + "}:"
+	_, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, retired, "retired while its lease was valid")
+	assert.Equal(t, []string{key}, s.rdb.LRange(ctx, prefix+"active", 0, -1).Val())
+
+	// The lease runs out (moved back instead of waited for: 30 s).
+	lease := s.rdb.ZScore(ctx, prefix+"lease", key).Val()
+	require.NotZero(t, lease)
+	almost := float64(time.Now().Add(-asynqx.RetireMargin + 2*time.Second).Unix())
+	require.NoError(t, s.rdb.ZAddXX(ctx, prefix+"lease", redis.Z{Score: almost, Member: key}).Err())
+	_, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, retired, "retired within RetireMargin of its lease's expiry")
+	expired := float64(time.Now().Add(-asynqx.RetireMargin - 2*time.Second).Unix())
+	require.NoError(t, s.rdb.ZAddXX(ctx, prefix+"lease", redis.Z{Score: expired, Member: key}).Err())
+	_, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{key}, retired)
+	assert.Empty(t, s.rdb.LRange(ctx, prefix+"active", 0, -1).Val(), "still in asynq's active list")
+	assert.Equal(t, redis.Nil, s.rdb.ZScore(ctx, prefix+"lease", key).Err(), "still in asynq's lease set")
+	info, err := s.insp.GetTaskInfo(queue, key)
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateCompleted, info.State)
+	qi, err := s.insp.GetQueueInfo(queue)
+	require.NoError(t, err)
+	assert.Zero(t, qi.Active, "the inspector counts it active")
+	assert.Equal(t, 1, qi.Pending, "the rescue task")
+	assert.Equal(t, 1, qi.Completed)
+
+	_, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Len(t, retired, 1, "retired twice")
+	assert.Zero(t, s.rdb.SCard(ctx, "paddock:retire").Val(), "the retirement is still noted")
+}

@@ -52,6 +52,9 @@ func ParseAddr(raw string, defPort int) (Addr, error) {
 	if err != nil || u.Host == "" && u.Opaque != "" {
 		return Addr{}, fmt.Errorf("devstack: %q is not a host:port URL", redact.URL(raw))
 	}
+	if strings.Contains(strings.ToLower(u.Scheme), "sentinel") {
+		return Addr{}, fmt.Errorf("devstack: %s names Sentinels; up starts one plain Redis only (start the Sentinels and their Redis yourself, or use redis://host:port)", redact.URL(raw))
+	}
 	if u.Scheme == "unix" {
 		return Addr{}, fmt.Errorf("devstack: %s is a unix socket; up starts servers on TCP only (start redis-server on that socket yourself, or use redis://host:port)", redact.URL(raw))
 	}

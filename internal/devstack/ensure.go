@@ -33,7 +33,7 @@ func DefaultDataDir() string {
 // redis:// or rediss:// URL without a user. Others are returned as they are.
 func (au *Auth) WithRedisAuth(raw string) (string, error) {
 	u, err := url.Parse(raw)
-	if err != nil || u.User != nil || u.Scheme == "unix" {
+	if err != nil || u.User != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 		return raw, nil
 	}
 	addr, err := ParseAddr(raw, 6379)

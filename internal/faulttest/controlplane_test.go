@@ -26,10 +26,6 @@ import (
 	"github.com/paddockhq/paddock/worker"
 )
 
-// cpTargetJobsPerS is the issue's bound on the control plane's sustained
-// throughput (no-op executor).
-const cpTargetJobsPerS = 2000
-
 // cpRound is one measured round of the control_plane scenario.
 type cpRound struct {
 	Jobs        int64   `json:"jobs"` // results received in the window
@@ -61,6 +57,7 @@ type cpConfig struct {
 	variants               []cpVariant
 	warmup, window         time.Duration
 	schedConc, workerConc  string
+	rawTasks               int // asynq_raw tasks per round; 0 skips asynq_raw
 }
 
 func cpConfigFromEnv(t *testing.T) cpConfig {
@@ -76,7 +73,8 @@ func cpConfigFromEnv(t *testing.T) cpConfig {
 	}
 	return cpConfig{rounds: atoi("PADDOCK_CP_ROUNDS", "3"), variants: parseCPVariants(envOr("PADDOCK_CP_VARIANTS", "default:")), backlog: atoi("PADDOCK_CP_BACKLOG", "3000"),
 		chunk: atoi("PADDOCK_CP_CHUNK", "250"), warmup: dur("PADDOCK_CP_WARMUP", "3s"), window: dur("PADDOCK_CP_WINDOW", "10s"),
-		schedConc: envOr("PADDOCK_CP_SCHED_CONCURRENCY", "64"), workerConc: envOr("PADDOCK_CP_WORKER_CONCURRENCY", "128")}
+		schedConc: envOr("PADDOCK_CP_SCHED_CONCURRENCY", "64"), workerConc: envOr("PADDOCK_CP_WORKER_CONCURRENCY", "128"),
+		rawTasks: atoi("PADDOCK_CP_RAW_TASKS", "5000")}
 }
 
 // cpVariant is one worker configuration measured: a worker process of its
@@ -90,6 +88,7 @@ type cpVariant struct {
 	Redis  map[string]string `json:"redis_config,omitempty"`
 	proc   *proc
 	rounds []cpRound
+	raw    []rawRound // asynq_raw after each round, on the same Redis settings
 }
 
 // parseCPVariants reads PADDOCK_CP_VARIANTS: "name:flag,flag,@key=value;name:flag".
@@ -120,9 +119,13 @@ func parseCPVariants(s string) []cpVariant {
 // (SubmitBatch) and counts results as they are published, over a window
 // after a warm-up, for each round; the median round is the figure. It also
 // counts Redis commands and read events (round trips) and NATS messages
-// per job over the window, and writes both services' CPU profiles. A
-// measurement, not a check: it runs only with PADDOCK_CONTROL_PLANE=1
-// (PADDOCK_CONTROL_PLANE_OUT: the JSON file; the profiles go next to it).
+// per job over the window, and writes both services' CPU profiles. After
+// each round it runs asynq_raw (asynq alone, no-op tasks) on the same Redis
+// with the same settings, so that the control plane is judged as a ratio to
+// the queue it is built on, measured side by side. A measurement, not a
+// check: it runs only with PADDOCK_CONTROL_PLANE=1 (PADDOCK_CONTROL_PLANE_OUT:
+// the JSON file; asynq_raw.json and the profiles go next to it;
+// PADDOCK_CP_RAW_TASKS: asynq_raw tasks per round, 0 skips it).
 func TestControlPlane(t *testing.T) {
 	if os.Getenv("PADDOCK_CONTROL_PLANE") != "1" {
 		t.Skip("measurement: set PADDOCK_CONTROL_PLANE=1 (make bench does)")
@@ -159,6 +162,11 @@ func TestControlPlane(t *testing.T) {
 			vs[v].proc.signal(syscall.SIGCONT)
 			restore := f.redisConfig(t, vs[v].Redis)
 			r := measureControlPlane(t, f, cfg, map[string]int{"scheduler": sched.cmd.Process.Pid, "worker": vs[v].proc.cmd.Process.Pid})
+			if cfg.rawTasks > 0 {
+				raw := measureAsynqRaw(t, f.rdb.Options(), cfg.rawTasks, 16)
+				t.Logf("round %d %s: asynq_raw %d tasks in %.2f s = %.0f jobs/s (appendfsync %s)", i+1, vs[v].Name, raw.Tasks, raw.Seconds, raw.JobsPerS, raw.Appendfsync)
+				vs[v].raw = append(vs[v].raw, raw)
+			}
 			restore()
 			if len(vs) > 1 {
 				vs[v].proc.signal(syscall.SIGSTOP) // after its round drained: it holds no task
@@ -178,11 +186,18 @@ func TestControlPlane(t *testing.T) {
 		require.True(t, ok, "%s did not stop on SIGTERM", p.name)
 	}
 	res := controlPlaneResult(t, vs, profiles)
-	t.Log(controlPlaneTable(res, vs))
+	raw, ratios := asynqRawResult(vs)
+	for k, v := range ratios {
+		res[k] = v
+	}
+	t.Log(controlPlaneTable(res, vs) + asynqRawTable(vs))
 	if out != "" {
-		data, err := json.MarshalIndent(map[string]any{"control_plane": res}, "", "  ")
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(out, data, 0o644))
+		// asynq_raw.json goes beside control_plane.json.
+		for path, obj := range map[string]map[string]any{out: {"control_plane": res}, filepath.Join(filepath.Dir(out), "asynq_raw.json"): {"asynq_raw": raw}} {
+			data, err := json.MarshalIndent(obj, "", "  ")
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, data, 0o644))
+		}
 	}
 }
 
@@ -461,8 +476,8 @@ func controlPlaneResult(t *testing.T, vs []cpVariant, profiles map[string]string
 		flat[svc] = pprofTop(t, p, "-flat")
 	}
 	return map[string]any{
-		"jobs_per_s": round1(med.JobsPerS), "target": cpTargetJobsPerS, "pass": med.JobsPerS >= cpTargetJobsPerS,
-		"variant": vs[0].Name, "rounds": vs[0].rounds, "variants": variants, "redis_cmds_per_job": round1(med.RedisCmds), "redis_round_trips_per_job": round1(med.RedisReads),
+		"jobs_per_s": round1(med.JobsPerS),
+		"variant":    vs[0].Name, "rounds": vs[0].rounds, "variants": variants, "redis_cmds_per_job": round1(med.RedisCmds), "redis_round_trips_per_job": round1(med.RedisReads),
 		"redis_by_cmd_per_job": roundMap(med.byCmd), "nats_msgs_per_job": round1(med.NATSInMsgs),
 		"nats_out_msgs_per_job": round1(med.NATSOutMsgs), "cpu_ms_per_job": med.CPUMSPerJob, "cpu_top": top, "cpu_top_flat": flat,
 		"profiles": profiles,
@@ -520,6 +535,6 @@ func controlPlaneTable(res map[string]any, vs []cpVariant) string {
 		m := median(v.rounds)
 		fmt.Fprintf(&b, "\n%s (%s %v): median %.0f jobs/s; CPU ms per job %v", v.Name, strings.Join(v.Flags, " "), v.Redis, m.JobsPerS, m.CPUMSPerJob)
 	}
-	fmt.Fprintf(&b, "\n\ncontrol_plane (%s): median %.0f jobs/s (target ≥ %d: pass %v); Redis per job: %v\n", vs[0].Name, res["jobs_per_s"], cpTargetJobsPerS, res["pass"], res["redis_by_cmd_per_job"])
+	fmt.Fprintf(&b, "\n\ncontrol_plane (%s): median %.0f jobs/s; Redis per job: %v\n", vs[0].Name, res["jobs_per_s"], res["redis_by_cmd_per_job"])
 	return b.String()
 }

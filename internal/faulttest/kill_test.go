@@ -27,12 +27,13 @@ import (
 //	            dead worker's active set without a result, moves it to the
 //	            task <key>#rescue-1 and enqueues that; a worker runs it
 //	            within asynq's poll: Runs = 2, the first container long gone.
-//	T0+55..120  asynq's recoverer retries the original task (lease 30 s,
-//	            a pass a minute): it is stale, and completes without
-//	            running (Runs stays 2).
+//	T0+30..37   the original task's lease (30 s) expired RetireMargin
+//	            (5 s) ago: the rescuer retires it from asynq's active list,
+//	            completed, never retried, never run (Runs stays 2); asynq's
+//	            recoverer (T0+55..120) finds nothing left to retry.
 func TestKill9WorkerMidJob(t *testing.T) {
 	if testing.Short() {
-		t.Skip("~90 s: waits for asynq's recoverer to retry the original task (its 30 s lease plus a 1-minute pass)")
+		t.Skip("~50 s: waits for the rescuer to retire the original task (its 30 s lease plus a margin)")
 	}
 	t.Parallel()
 	f := newFleet(t)
@@ -72,12 +73,16 @@ func TestKill9WorkerMidJob(t *testing.T) {
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
 
-	// asynq's recoverer later retries the original task: it completes
-	// without running the job a third time.
+	// The rescuer retires the original task once its lease expired: it
+	// completes without running the job a third time, and without the
+	// retry asynq's recoverer would have given it.
 	f.waitFor(3*time.Minute, "the original task to complete", func() bool {
 		st, _, err := f.taskState(id)
 		return err == nil && st == asynq.TaskStateCompleted
 	})
+	_, retried, err := f.taskState(id)
+	require.NoError(t, err)
+	assert.Zero(t, retried, "asynq's recoverer, not the rescuer, took the original task out of the active list")
 	assert.Equal(t, 2, f.runs(id), "the original task ran the job again")
 	stored, err := f.store.Get(t.Context(), job.Key("", id))
 	require.NoError(t, err)

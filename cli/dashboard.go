@@ -85,9 +85,8 @@ func operatorHook(ctx context.Context, g *globals, f *gatewayFlags, rdb redis.Un
 	}
 	cfg.OperatorToken = strings.TrimSpace(string(b))
 	oc := scheduler.OperatorViewConfig{}
-	hosts, master, ok := sentinelURL(g.redisURL)
-	if ok {
-		oc.Sentinels, oc.MasterName = sentinelClients(hosts), master
+	if fo, ok := sentinelURL(g.redisURL); ok {
+		oc.Sentinels, oc.MasterName = sentinelClients(fo.SentinelAddrs, fo), fo.MasterName
 	}
 	closeNATS := func() {}
 	if f.operatorCreds != "" || f.systemCreds != "" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,11 +76,12 @@ healthy (after printing).`,
 // readFleet connects as the operator and reads the fleet once.
 func readFleet(ctx context.Context, g *globals, f *fleetFlags) (scheduler.OperatorFleet, error) {
 	sentinels, master := f.sentinels, f.sentinelMaster
-	if hosts, name, ok := sentinelURL(g.redisURL); ok {
+	fo, ok := sentinelURL(g.redisURL)
+	if ok {
 		if len(sentinels) == 0 {
-			sentinels = hosts
+			sentinels = fo.SentinelAddrs
 		}
-		master = orString(master, name)
+		master = orString(master, fo.MasterName)
 	}
 	if len(sentinels) > 0 && master == "" {
 		return scheduler.OperatorFleet{}, errors.New("--sentinels needs --sentinel-master NAME (the master's name the Sentinels monitor)")
@@ -91,7 +91,7 @@ func readFleet(ctx context.Context, g *globals, f *fleetFlags) (scheduler.Operat
 		return scheduler.OperatorFleet{}, err
 	}
 	defer rdb.Close()
-	cfg := scheduler.OperatorViewConfig{MasterName: master, Sentinels: sentinelClients(sentinels)}
+	cfg := scheduler.OperatorViewConfig{MasterName: master, Sentinels: sentinelClients(sentinels, fo)}
 	defer closeSentinels(cfg.Sentinels)
 	admin, sys := g.operatorCreds(g.auth.creds, f.systemCreds)
 	closeNATS := fleetNATS(ctx, g, admin, sys, f.systemURL, &cfg)
@@ -144,12 +144,16 @@ func (g *globals) operatorCreds(admin, sys string) (string, string) {
 	return admin, orString(sys, g.localCreds("sys"))
 }
 
-// sentinelClients are clients of the Sentinels at addrs.
-func sentinelClients(addrs []string) []scheduler.Sentinel {
+// sentinelClients are clients of the Sentinels at addrs, with the
+// Sentinels' own credentials of a Sentinel URL (fo, nil for none).
+func sentinelClients(addrs []string, fo *redis.FailoverOptions) []scheduler.Sentinel {
 	var out []scheduler.Sentinel
 	for _, addr := range addrs {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second})
-		out = append(out, scheduler.Sentinel{Addr: addr, Client: sc})
+		opt := &redis.Options{Addr: addr, DialTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second}
+		if fo != nil {
+			opt.Username, opt.Password, opt.TLSConfig = fo.SentinelUsername, fo.SentinelPassword, fo.TLSConfig
+		}
+		out = append(out, scheduler.Sentinel{Addr: addr, Client: redis.NewSentinelClient(opt)})
 	}
 	return out
 }
@@ -160,19 +164,14 @@ func closeSentinels(ss []scheduler.Sentinel) {
 	}
 }
 
-// sentinelURL reads the Sentinels' addresses and the master's name from a
-// Sentinel --redis-url: redis+sentinel://[user:pw@]h1:p1,h2:p2/<master>[/db]
-// or redis-sentinel://[:pw@]h1:p1,h2:p2[/db]?master=<name>.
-func sentinelURL(raw string) (hosts []string, master string, ok bool) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "redis+sentinel" && u.Scheme != "redis-sentinel") {
-		return nil, "", false
+// sentinelURL is the Sentinels and master of a Sentinel --redis-url
+// (internal/redisurl: redis+sentinel://…/<master>, redis-sentinel://…?master=).
+func sentinelURL(raw string) (*redis.FailoverOptions, bool) {
+	u, err := parseRedisURL(raw)
+	if err != nil || u.Failover == nil {
+		return nil, false
 	}
-	hosts = strings.Split(u.Host, ",")
-	if master = u.Query().Get("master"); master == "" {
-		master, _, _ = strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
-	}
-	return hosts, master, true
+	return u.Failover, true
 }
 
 func orString(a, b string) string {

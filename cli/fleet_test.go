@@ -137,14 +137,15 @@ func TestSentinelURL(t *testing.T) {
 		ok          bool
 	}{
 		{"redis+sentinel://u:p@h1:1,h2:2,h3:3/mymaster", "mymaster", []string{"h1:1", "h2:2", "h3:3"}, true},
-		{"redis+sentinel://h1:1/mymaster/2", "mymaster", []string{"h1:1"}, true},
 		{"redis-sentinel://:pw@h1:1,h2:2/0?master=m2", "m2", []string{"h1:1", "h2:2"}, true},
 		{"redis://127.0.0.1:6379", "", nil, false},
 	} {
-		hosts, master, ok := sentinelURL(tc.url)
-		assert.Equal(t, tc.ok, ok, tc.url)
-		assert.Equal(t, tc.hosts, hosts, tc.url)
-		assert.Equal(t, tc.master, master, tc.url)
+		fo, ok := sentinelURL(tc.url)
+		require.Equal(t, tc.ok, ok, tc.url)
+		if ok {
+			assert.Equal(t, tc.hosts, fo.SentinelAddrs, tc.url)
+			assert.Equal(t, tc.master, fo.MasterName, tc.url)
+		}
 	}
 }
 

@@ -49,7 +49,17 @@ demo: setup images build ## Start the stack, run a real batch of jobs, print the
 bench: setup images build ## Compare Paddock side by side with the naive alternatives
 	@scripts/bench.sh
 
-.PHONY: inspector bench-agent ui-test
+.PHONY: inspector bench-agent ui-test test-fleet test-fleet-short
+
+# The multi-host harness (internal/fleettest, docs/reliability.md "Fleet
+# harness"): hosts are network namespaces pdk-<run>-* on a bridge; a crashed
+# run's leftovers are removed by the next. Writes bench/out/fleet.json.
+FLEET_TIMEOUT ?= 120m
+test-fleet: setup images ## Fleet of namespace hosts (3 NATS, Redis + 3 Sentinels, 2 schedulers, 3 workers), 5,000 jobs, every fault (PADDOCK_FLEET_JOBS=N; >20 min)
+	PADDOCK_FLEET=full $(GO) test -count=1 -v -run 'TestFleet$$' -timeout $(FLEET_TIMEOUT) ./internal/fleettest/
+
+test-fleet-short: setup images ## The fleet harness's short version: 300 jobs, 4 faults (~4-5 min), bench/out/fleet-short.json
+	PADDOCK_FLEET=short $(GO) test -count=1 -v -run 'TestFleet$$' -timeout 15m ./internal/fleettest/
 
 # The MCP Inspector CLI pinned in gateway/testdata/inspector (package-lock.json),
 # which cli/inspector_test.go runs; npm ci only when node_modules is
@@ -133,3 +143,27 @@ compose-down: compose-tool ## Stop the compose fleet (data and credential volume
 test-compose: images-deploy compose-tool ## Compose fleet test: 3 workers, 200 jobs, one worker killed mid-run (~2 min; part of make test)
 	PADDOCK_COMPOSE_JOBS=200 PADDOCK_COMPOSE_KILL=1 PADDOCK_COMPOSE_NO_BUILD=1 \
 	  $(GO) test -count=1 -v -run 'TestCompose$$' -timeout 30m ./deploy/
+
+# ---- Deploy: the HA topology (docker-compose.yml + docker-compose.ha.yml): 3 NATS
+# nodes (R3 streams), Redis primary + replica + 3 Sentinels. Its own project name:
+# `paddock` may be another fleet on this engine.
+COMPOSE_HA_PROJECT ?= paddock-ha
+COMPOSE_HA = $(COMPOSE) -p $(COMPOSE_HA_PROJECT) -f docker-compose.yml -f docker-compose.ha.yml
+# The image the HA test runs (a tag of its own: other fleets keep theirs).
+PADDOCK_HA_IMAGE ?= paddock/paddock:ha
+
+.PHONY: compose-ha-up compose-ha-down test-compose-ha
+
+compose-ha-up: images-deploy compose-tool ## Start the HA compose fleet (3 NATS, Redis + 3 Sentinels, WORKERS=3), auth on; writes ./compose-dev.creds
+	DOCKER_GID=$$(stat -c %g /var/run/docker.sock) PADDOCK_WORKER_USER=65532:65532 \
+	  $(COMPOSE_HA) up -d --scale worker=$(WORKERS)
+	@$(MAKE) --no-print-directory compose-creds COMPOSE_PROJECT=$(COMPOSE_HA_PROJECT)
+
+compose-ha-down: compose-tool ## Stop the HA compose fleet (volumes kept; add -v by hand to drop them)
+	$(COMPOSE_HA) down --timeout 90
+
+test-compose-ha: setup compose-tool ## HA compose test: 200 jobs, the jobs stream's NATS leader and the Redis primary killed mid-run (~7-8 min)
+	@scripts/build-images.sh test sandbox nats redis
+	PADDOCK_IMAGE=$(PADDOCK_HA_IMAGE) scripts/build-images.sh paddock
+	PADDOCK_IMAGE=$(PADDOCK_HA_IMAGE) PADDOCK_COMPOSE_HA=1 PADDOCK_COMPOSE_JOBS=$${PADDOCK_COMPOSE_JOBS:-200} \
+	  PADDOCK_COMPOSE_NO_BUILD=1 $(GO) test -count=1 -v -run 'TestComposeHA$$' -timeout 40m ./deploy/

@@ -373,7 +373,11 @@ var literalSecret = regexp.MustCompile(`(?m)` +
 // auth init`, into the Secret paddock-auth or the compose auth volumes.
 func TestNoLiteralSecrets(t *testing.T) {
 	t.Parallel()
-	files := []string{filepath.Join("..", "docker-compose.yml"), filepath.Join("nats", "nats.conf")}
+	files := []string{filepath.Join("..", "docker-compose.yml"), filepath.Join("..", "docker-compose.ha.yml"), filepath.Join("nats", "nats.conf")}
+	ha, err := filepath.Glob(filepath.Join("ha", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ha, "deploy/ha")
+	files = append(files, ha...)
 	require.NoError(t, filepath.WalkDir(k8sDir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			files = append(files, p)

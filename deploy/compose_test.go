@@ -81,7 +81,8 @@ func composeRunFromEnv(t *testing.T) composeRun {
 // compose is one compose project on the local engine.
 type compose struct {
 	t       *testing.T
-	root    string // repository root (docker-compose.yml)
+	root    string   // repository root (docker-compose.yml)
+	files   []string // compose files under root; none: docker-compose.yml
 	project string
 	env     []string
 	natsURL string
@@ -396,7 +397,15 @@ func (c *compose) compose(timeout time.Duration, args ...string) (string, error)
 }
 
 func (c *compose) composeArgs(args ...string) []string {
-	base := []string{"-f", filepath.Join(c.root, "docker-compose.yml"), "--project-directory", c.root, "--ansi", "never"}
+	files := c.files
+	if len(files) == 0 {
+		files = []string{"docker-compose.yml"}
+	}
+	var base []string
+	for _, f := range files {
+		base = append(base, "-f", filepath.Join(c.root, f))
+	}
+	base = append(base, "--project-directory", c.root, "--ansi", "never")
 	return append(base, args...)
 }
 

@@ -6,7 +6,10 @@
 //	images/           the paddock and sandbox image recipes
 //	k8s/              kustomize base, deps (NATS, Redis), engine and KEDA
 //	                  components, overlays (dind, host-socket, sysbox)
-//	../docker-compose.yml  the one-host fleet
+//	ha/               the HA compose topology's scripts and NATS cluster config
+//	../docker-compose.yml     the one-host fleet
+//	../docker-compose.ha.yml  its HA override: 3 NATS nodes (R3), Redis
+//	                          primary + replica + 3 Sentinels
 //
 // manifests_test.go decodes every Kubernetes manifest strictly into its
 // typed API object (an unknown or misspelled field fails), builds every
@@ -22,5 +25,8 @@
 // clients without credentials, runs jobs through it as the dev tenant and
 // takes it down; `go test ./deploy/` runs a short version, `make
 // test-compose` (which `make test` runs after the Go suite) the 200-job run
-// with a worker killed mid-run. docs/operations.md explains the choices.
+// with a worker killed mid-run. compose_ha_test.go (`make test-compose-ha`)
+// runs the HA override the same way and kills the jobs stream's NATS leader
+// and the Redis primary during the batch. docs/operations.md explains the
+// choices.
 package deploy

@@ -105,7 +105,7 @@ func (s *Scheduler) handle(hard context.Context, msg jetstream.Msg, h *holds) {
 		span.SetStatus(codes.Error, d.err.Error())
 	}
 	if d.outcome == OutcomeEnqueued && !d.delayed {
-		h.add(job.Key(d.tenant, d.id), msg) // acknowledged with the result
+		h.add(job.Key(d.tenant, d.id), d.queue, msg) // acknowledged with the result
 		return
 	}
 	s.settle(ctx, hard, msg, meta, d)

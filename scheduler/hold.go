@@ -20,6 +20,15 @@ type Settled interface {
 	Finished(ctx context.Context, keys []string) (map[string]bool, error)
 }
 
+// TaskFinder is the part of *results.Store that finds held jobs whose
+// task Redis no longer has (Missing: job key → queue in, key → missing
+// out). A Recorder that has it lets the holds recover a task a Redis
+// failover lost; one without it holds such a job until AckWait after the
+// scheduler stops.
+type TaskFinder interface {
+	Missing(ctx context.Context, queued map[string]string) (map[string]bool, error)
+}
+
 // holds keeps the messages of enqueued jobs unacknowledged until the job
 // has a result. That is the admission in front of asynq, which cannot add
 // a queue per tenant at run time:
@@ -50,11 +59,17 @@ type holds struct {
 	empty   bool
 
 	mu sync.Mutex
-	m  map[string]jetstream.Msg // job key → its held message
+	m  map[string]heldMsg // job key → its held message
+}
+
+// heldMsg is a held submission and the queue of its job's task.
+type heldMsg struct {
+	jetstream.Msg
+	queue string
 }
 
 func newHolds(s *Scheduler) (*holds, error) {
-	h := &holds{s: s, m: map[string]jetstream.Msg{}, slots: newSlots(s.cfg.Slots)}
+	h := &holds{s: s, m: map[string]heldMsg{}, slots: newSlots(s.cfg.Slots)}
 	// New results only (a core subscription): older ones are found by
 	// check. It needs the subject only; the body comes along (bounded by
 	// MaxResultBytes, usually a few KiB).
@@ -114,8 +129,8 @@ func (h *holds) acquire(stop <-chan struct{}) bool { return h.slots.acquire(stop
 // release frees a slot taken by acquire.
 func (h *holds) release() { h.slots.release() }
 
-// add holds msg, whose job (key) is in the queue, until the job's result.
-func (h *holds) add(key string, msg jetstream.Msg) {
+// add holds msg, whose job (key) is in queue, until the job's result.
+func (h *holds) add(key, queue string, msg jetstream.Msg) {
 	h.mu.Lock()
 	if _, dup := h.m[key]; dup {
 		h.mu.Unlock()
@@ -123,7 +138,7 @@ func (h *holds) add(key string, msg jetstream.Msg) {
 		h.release()
 		return
 	}
-	h.m[key] = msg
+	h.m[key] = heldMsg{msg, queue}
 	h.mu.Unlock()
 }
 
@@ -151,10 +166,11 @@ func (h *holds) onResult(m *nats.Msg) {
 }
 
 // check keeps the held messages alive and acknowledges those whose result
-// is in Redis (a missed result message), in one round trip for all.
+// is in Redis (a missed result message), in one round trip for all; it
+// hands back those whose task Redis lost (recoverLost).
 func (h *holds) check(ctx context.Context) {
 	h.mu.Lock()
-	held := make(map[string]jetstream.Msg, len(h.m))
+	held := make(map[string]heldMsg, len(h.m))
 	keys := make([]string, 0, len(h.m))
 	for k, m := range h.m {
 		held[k] = m
@@ -168,12 +184,55 @@ func (h *holds) check(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		h.s.warnf("scheduler: checking the held jobs failed; retrying", "held", len(keys), "err", err)
 	}
+	open := map[string]string{}
 	for key, msg := range held {
 		if done[key] {
 			h.done(key)
 			continue
 		}
+		if err == nil && msg.queue != "" {
+			open[key] = msg.queue
+		}
 		_ = msg.InProgress()
+	}
+	h.recoverLost(ctx, open)
+}
+
+// recoverLost hands back (NAK, for redelivery now) the held submissions
+// of open (key → queue: held, no result) whose task Redis no longer has.
+// A Sentinel failover loses the writes the replica had not received, and
+// the enqueue of a task can be one of them; the redelivery schedules the
+// job again (its id claim is this message's own, or lost too). A task
+// that finished between the two checks (result recorded, task deleted)
+// is harmless: the redelivery finds the result and acknowledges.
+func (h *holds) recoverLost(ctx context.Context, open map[string]string) {
+	tf, ok := h.s.store.(TaskFinder)
+	if !ok || len(open) == 0 {
+		return
+	}
+	lost, err := tf.Missing(ctx, open)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.s.warnf("scheduler: checking the held jobs' tasks failed; retrying", "held", len(open), "err", err)
+		}
+		return
+	}
+	for key, gone := range lost {
+		if !gone {
+			continue
+		}
+		h.mu.Lock()
+		msg, held := h.m[key]
+		delete(h.m, key)
+		h.mu.Unlock()
+		if !held {
+			continue // settled meanwhile
+		}
+		h.s.log.WarnContext(ctx, "scheduler: a held job's task is gone from Redis without a result (a Redis failover lost it?); scheduling it again", "job", key)
+		if err := msg.Nak(); err != nil {
+			h.s.warnf("scheduler: handing back a lost job failed; it comes back after AckWait", "job", key, "err", err)
+		}
+		h.release()
 	}
 }
 
@@ -191,6 +250,6 @@ func (h *holds) stop() {
 	h.svc.Stop()
 	h.sizer.Stop()
 	h.mu.Lock()
-	h.m = map[string]jetstream.Msg{}
+	h.m = map[string]heldMsg{}
 	h.mu.Unlock()
 }

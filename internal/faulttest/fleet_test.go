@@ -77,6 +77,8 @@ type fleet struct {
 	client *pclient.Client
 	store  *results.Store
 	insp   *asynq.Inspector
+	// redisURL and natsURL are what the processes get (common).
+	redisURL, natsURL string
 
 	mu     sync.Mutex
 	procs  []*proc
@@ -105,6 +107,7 @@ func newFleet(t *testing.T) *fleet {
 	f := &fleet{
 		t: t, name: testsvc.Unique("f"), dir: t.TempDir(), redis: rs, nats: ns, docker: d, rdb: rdb, nc: nc,
 		client: c, store: results.NewStore(rdb, js, results.StoreConfig{}), insp: asynq.NewInspectorFromRedisClient(rdb),
+		redisURL: "unix://" + rs.Addr, natsURL: ns.URL,
 	}
 	t.Cleanup(f.teardown) // runs before the services' cleanups
 	return f
@@ -120,7 +123,7 @@ type proc struct {
 }
 
 func (f *fleet) common() []string {
-	return []string{"--nats-url", f.nats.URL, "--redis-url", "unix://" + f.redis.Addr, "--log-level", "info",
+	return []string{"--nats-url", f.natsURL, "--redis-url", f.redisURL, "--log-level", "info",
 		"--images", testsvc.TestImage}
 }
 

@@ -156,10 +156,10 @@ func sentinelAddrs(list string) ([]string, error) {
 			host, port = strings.Trim(h, "[]"), strconv.Itoa(DefaultSentinelPort)
 		}
 		if host == "" || strings.ContainsAny(host, " /@[]") {
-			return nil, fmt.Errorf("sentinel host %q is not a host name or address", h)
+			return nil, fmt.Errorf("the Sentinel host %q is not a host name or address", h)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("sentinel %q: port %q is not a number from 1 to 65535", h, port)
+			return nil, fmt.Errorf("the Sentinel %q: port %q is not a number from 1 to 65535", h, port)
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}

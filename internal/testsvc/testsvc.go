@@ -1,6 +1,9 @@
 // Package testsvc starts the real services Paddock's tests run against: a
 // redis-server child on a private unix socket, an embedded NATS server with
-// JetStream on a random loopback port, and the local Docker engine. Each
+// JetStream on a random loopback port, and the local Docker engine; for
+// the fleet's failover tests, a Redis primary, replica and three Sentinels
+// (StartRedisHA) and a JetStream cluster of embedded servers
+// (StartNATSCluster), all on random loopback ports. Each
 // helper isolates the test, registers t.Cleanup, and fails with a hint when
 // the service is missing: the suite never skips silently. Eventually is the
 // one poll-with-a-deadline the tests share, for what has no signal to wait on.

@@ -1,0 +1,130 @@
+package testsvc
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSCluster is a JetStream cluster of embedded NATS servers (the real
+// server library) in this process, each with its own client port, route
+// port (all on loopback, random) and file store.
+type NATSCluster struct {
+	Name    string
+	Servers []*server.Server // nil where Shutdown stopped one
+	opts    []*server.Options
+	tb      testing.TB
+}
+
+// StartNATSCluster starts n servers (3 or 5 for a JetStream cluster) with
+// full-mesh routes and waits until JetStream has a meta leader.
+func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
+	tb.Helper()
+	c := &NATSCluster{Name: Unique("c"), Servers: make([]*server.Server, n), tb: tb}
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(tb)
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	for i := range n {
+		c.opts = append(c.opts, &server.Options{
+			ServerName: fmt.Sprintf("%s-n%d", c.Name, i), Host: "127.0.0.1", Port: freePort(tb),
+			JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+		})
+	}
+	for i := range n {
+		c.start(i)
+	}
+	tb.Cleanup(func() {
+		for i := range c.Servers {
+			c.Shutdown(i)
+		}
+	})
+	c.waitMeta()
+	return c
+}
+
+func (c *NATSCluster) start(i int) {
+	c.tb.Helper()
+	s, err := server.NewServer(c.opts[i])
+	if err != nil {
+		c.tb.Fatalf("nats server %d: %v", i, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		c.tb.Fatalf("nats server %s not ready", c.opts[i].ServerName)
+	}
+	c.Servers[i] = s
+}
+
+// URL is the comma-separated client URL list of every server.
+func (c *NATSCluster) URL() string {
+	urls := make([]string, len(c.opts))
+	for i, o := range c.opts {
+		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", o.Port)
+	}
+	return strings.Join(urls, ",")
+}
+
+// ServerName is server i's name (what StreamInfo's cluster info names).
+func (c *NATSCluster) ServerName(i int) string { return c.opts[i].ServerName }
+
+// Index is the index of the server named name, -1 if none.
+func (c *NATSCluster) Index(name string) int {
+	for i, o := range c.opts {
+		if o.ServerName == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Shutdown stops server i (its store stays, for Restart).
+func (c *NATSCluster) Shutdown(i int) {
+	if s := c.Servers[i]; s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		c.Servers[i] = nil
+	}
+}
+
+// Restart starts a stopped server i again on its ports and store.
+func (c *NATSCluster) Restart(i int) { c.start(i) }
+
+// waitMeta waits until a client can use JetStream (the meta group has a
+// leader and every server is routed).
+func (c *NATSCluster) waitMeta() {
+	c.tb.Helper()
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		c.tb.Fatalf("connect to the cluster: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	Eventually(c.tb, 30*time.Second, 100*time.Millisecond, func() bool {
+		for _, s := range c.Servers {
+			if s.NumRoutes() < len(c.Servers)-1 {
+				return false
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	}, "NATS cluster %s: JetStream meta leader elected", c.Name)
+}

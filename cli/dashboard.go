@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/paddockhq/paddock/gateway"
 	"github.com/paddockhq/paddock/job"
@@ -36,7 +39,7 @@ func startLister(ctx context.Context, s *stack, log *slog.Logger) (*scheduler.Li
 // telemetry.SpanTail) and its fleet view (Redis: scheduler.FleetView).
 // Without Redis the fleet view is left out, with a warning; the client is
 // closed when ctx ends.
-func dashboardHooks(ctx context.Context, g *globals, js jetstream.JetStream, cfg *gateway.Config, log *slog.Logger) error {
+func dashboardHooks(ctx context.Context, g *globals, f *gatewayFlags, js jetstream.JetStream, cfg *gateway.Config, log *slog.Logger) error {
 	tail, err := telemetry.NewSpanTail(filepath.Join(g.dataDirPath(), "spans.jsonl"), telemetry.SpanTailConfig{})
 	if err != nil {
 		return err
@@ -61,5 +64,41 @@ func dashboardHooks(ctx context.Context, g *globals, js jetstream.JetStream, cfg
 		return err
 	}
 	cfg.Fleet = func(ctx context.Context, tenant string) (any, error) { return fv.Read(ctx, tenant) }
+	return operatorHook(ctx, g, f, rdb, cfg)
+}
+
+// operatorHook gives the gateway its operator fleet page when an operator
+// token is set (--gateway-operator-token-file): scheduler.OperatorView
+// over the gateway's Redis, and, only when given, the streams as an admin
+// user (--gateway-operator-creds) and the servers over a system user
+// (--gateway-system-creds). Its connections close when ctx ends.
+func operatorHook(ctx context.Context, g *globals, f *gatewayFlags, rdb redis.UniversalClient, cfg *gateway.Config) error {
+	if f.operatorTokenFile == "" {
+		return nil
+	}
+	if err := checkSecretFile(f.operatorTokenFile); err != nil {
+		return fmt.Errorf("--gateway-operator-token-file: %w", err)
+	}
+	b, err := os.ReadFile(f.operatorTokenFile)
+	if err != nil {
+		return fmt.Errorf("--gateway-operator-token-file: %w", err)
+	}
+	cfg.OperatorToken = strings.TrimSpace(string(b))
+	oc := scheduler.OperatorViewConfig{}
+	if fo, ok := sentinelURL(g.redisURL); ok {
+		oc.Sentinels, oc.MasterName = sentinelClients(fo.SentinelAddrs, fo), fo.MasterName
+	}
+	closeNATS := func() {}
+	if f.operatorCreds != "" || f.systemCreds != "" {
+		// Opt-in: these users may read (admin: write) far more than the
+		// gateway's own; an exposed gateway holds them only when told.
+		closeNATS = fleetNATS(ctx, g, f.operatorCreds, f.systemCreds, "", &oc)
+	}
+	context.AfterFunc(ctx, func() { closeNATS(); closeSentinels(oc.Sentinels) })
+	v, err := scheduler.NewOperatorView(rdb, oc)
+	if err != nil {
+		return err
+	}
+	cfg.OperatorFleet = func(ctx context.Context) (any, error) { return v.Read(ctx) }
 	return nil
 }

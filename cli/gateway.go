@@ -33,6 +33,8 @@ type gatewayFlags struct {
 	sessionIdle, mintTTL      time.Duration
 	trustedProxies            []string
 	insecureCookies           bool
+	// The operator's fleet page (dashboard.go, operatorHook).
+	operatorTokenFile, operatorCreds, systemCreds string
 }
 
 func (f *gatewayFlags) register(fs *pflag.FlagSet) {
@@ -53,6 +55,9 @@ func (f *gatewayFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.insecureCookies, "gateway-insecure-cookies", false, "the gateway is served over plain HTTP on loopback: the dashboard's cookie goes without Secure (needs a loopback --gateway-addr; paddock up sets it for its loopback gateway)")
 	fs.IntVar(&f.maxMCP, "gateway-max-mcp-sessions", 8, "MCP sessions one token may hold open on this gateway")
 	fs.IntVar(&f.maxNamed, "gateway-max-named-sessions", 16, "named sessions (?session=, \"session\") one tenant may hold")
+	fs.StringVar(&f.operatorTokenFile, "gateway-operator-token-file", "", "`file` (0600) holding the operator's bearer token (32+ characters): it opens the operator fleet page (GET /v1/operator/fleet, the dashboard's) and nothing else; empty: no operator page")
+	fs.StringVar(&f.operatorCreds, "gateway-operator-creds", "", "admin user's credentials `file` the operator page reads the streams' leaders with (opt-in: the gateway then holds an admin user; empty: no stream view)")
+	fs.StringVar(&f.systemCreds, "gateway-system-creds", "", "system account user's credentials `file` the operator page pings the NATS servers with (opt-in; empty: no server list)")
 }
 
 func (f *gatewayFlags) config() (gateway.Config, error) {
@@ -177,7 +182,7 @@ func gatewayConfig(ctx context.Context, g *globals, f *gatewayFlags, nc *nats.Co
 			TLSCA: g.auth.tlsCA, TLSCert: g.auth.tlsCert, TLSKey: g.auth.tlsKey, Logger: log,
 			Options: []nats.Option{minter.Option(t)}})
 	}
-	return sc, dashboardHooks(ctx, g, js, &sc.Gateway, log) // dashboard.go: traces and the fleet view
+	return sc, dashboardHooks(ctx, g, f, js, &sc.Gateway, log) // dashboard.go: traces and the fleet views
 }
 
 // tokenAuth authenticates bearer tokens with the token store. It is
@@ -235,7 +240,8 @@ docs/gateway.md.`,
 	}
 	f.register(cmd.Flags())
 	for _, name := range []string{"gateway-addr", "gateway-signing-key", "gateway-rate", "gateway-burst", "gateway-max-streams", "gateway-max-body-bytes", "gateway-identity-ttl",
-		"gateway-auth-fail-rate", "gateway-auth-fail-burst", "gateway-trusted-proxies", "gateway-insecure-cookies", "gateway-max-mcp-sessions", "gateway-max-named-sessions"} {
+		"gateway-auth-fail-rate", "gateway-auth-fail-burst", "gateway-trusted-proxies", "gateway-insecure-cookies", "gateway-max-mcp-sessions", "gateway-max-named-sessions",
+		"gateway-operator-token-file", "gateway-operator-creds", "gateway-system-creds"} {
 		_ = cmd.Flags().MarkHidden(name)
 	}
 	return cmd

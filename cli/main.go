@@ -121,7 +121,7 @@ the command line wins.
 	registerCompletion(root, "log-format", fixedCompletion(logFormats...))
 
 	root.AddCommand(upCmd(g), schedulerCmd(g), workerCmd(g), gatewayCmd(g), brokerCmd(g), mcpCmd(g), submitCmd(g), getCmd(g), waitCmd(g), cancelCmd(g), traceCmd(g),
-		logsCmd(g), outputCmd(g), putCmd(g), artifactsCmd(g), tenantCmd(g), authCmd(g), schemaCmd(), versionCmd())
+		logsCmd(g), outputCmd(g), putCmd(g), artifactsCmd(g), tenantCmd(g), authCmd(g), fleetCmd(g), schemaCmd(), versionCmd())
 	return root
 }
 

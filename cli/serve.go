@@ -195,6 +195,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 				sch.Stop()
 				return err
 			}
+			defer startFailWatch(ctx, s.rdb, s.nc, s.js, obs, g.logger)() // fleet.go: failovers seen
 			g.logger.Info("scheduler running", "nats", redact.URL(g.natsURL), "redis", redact.URL(g.redisURL))
 			<-ctx.Done()
 			g.logger.Info("scheduler stopping: finishing in-flight submissions")
@@ -257,6 +258,7 @@ func workerCmd(g *globals) *cobra.Command {
 			if err := w.Start(ctx); err != nil {
 				return err
 			}
+			defer startFailWatch(ctx, s.rdb, s.nc, nil, obs, g.logger)() // fleet.go: Redis failovers seen
 			g.logger.Info("worker running", "concurrency", wf.concurrency, "pool_size", wf.poolSize)
 			<-ctx.Done()
 			g.logger.Info("worker draining", "grace", wf.shutdownTimeout)
@@ -451,7 +453,8 @@ func startServices(ctx context.Context, g *globals, s *stack, d *dockerclient.Cl
 		w.Stop()
 		return nil, err
 	}
-	return func() { stopControl(); sch.Stop(); w.Stop() }, nil
+	stopWatch := startFailWatch(ctx, s.rdb, s.nc, s.js, obs, log) // fleet.go: failovers seen
+	return func() { stopWatch(); stopControl(); sch.Stop(); w.Stop() }, nil
 }
 
 // dataDirHint is the --data-dir a client needs to find this stack's

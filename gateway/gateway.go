@@ -45,6 +45,10 @@ type Identity struct {
 	// TokenID names the token (never its secret): rate limits and logs are
 	// per token.
 	TokenID string
+	// Operator says the request came with the operator token
+	// (Config.OperatorToken): it reaches the operator's pages only, and no
+	// tenant's (Tenant is empty).
+	Operator bool
 }
 
 // Authenticator maps a bearer token to its Identity. An unknown, malformed
@@ -139,6 +143,18 @@ type Config struct {
 	// tenant's counts. Its value is encoded as JSON. Without it the
 	// endpoint answers 503.
 	Fleet func(ctx context.Context, tenant string) (any, error)
+
+	// OperatorToken, optional, is the operator's bearer token (at least 32
+	// characters; `paddock gateway --gateway-operator-token-file`): it
+	// opens the operator's pages (GET /v1/operator/fleet, the dashboard's
+	// operator fleet page) and nothing else; a tenant's token gets 403
+	// there. Empty: nobody is the operator, and the operator pages refuse
+	// every token (403).
+	OperatorToken string
+	// OperatorFleet returns the operator's fleet view (it names hosts);
+	// its value is encoded as JSON. Without it the operator page answers
+	// 503.
+	OperatorFleet func(ctx context.Context) (any, error)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -191,6 +207,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Rate < 0 || c.Burst < 1 || c.MaxStreams < 1 || c.MaxBodyBytes < 1 || c.MaxWait < time.Second ||
 		c.AnswerChars < 1000 || c.SessionIdleTTL < time.Minute || c.SessionMaxBytes < 1<<20 {
 		return c, fmt.Errorf("%w: Rate, Burst, MaxStreams, MaxBodyBytes, MaxWait (≥1s), AnswerChars (≥1000), SessionIdleTTL (≥1m) and SessionMaxBytes (≥1 MiB) must be positive", ErrInvalidConfig)
+	}
+	if c.OperatorToken != "" && len(c.OperatorToken) < minOperatorToken {
+		return c, fmt.Errorf("%w: OperatorToken must be at least %d characters", ErrInvalidConfig, minOperatorToken)
 	}
 	if c.AuthFailRate < 0 || c.AuthFailBurst < 1 || c.MaxMCPSessions < 1 || c.MaxNamedSessions < 1 {
 		return c, fmt.Errorf("%w: AuthFailRate, AuthFailBurst, MaxMCPSessions and MaxNamedSessions must be positive", ErrInvalidConfig)

@@ -114,6 +114,9 @@ type loginRequest struct {
 type sessionInfo struct {
 	Tenant  string `json:"tenant"` // "": not logged in
 	TokenID string `json:"token_id"`
+	// Operator: logged in with the operator token (operator.go); the
+	// dashboard then shows the operator's pages only.
+	Operator bool `json:"operator,omitempty"`
 	// Message says why a login ended.
 	Message string `json:"message,omitempty"`
 }
@@ -152,8 +155,8 @@ func (g *Gateway) uiLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, g.cookie(r, lid, int(sessionMaxAge/time.Second)))
-	g.log.Info("dashboard login", "tenant", id.Tenant, "token", id.TokenID)
-	_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID})
+	g.log.Info("dashboard login", "tenant", id.Tenant, "token", id.TokenID, "operator", id.Operator)
+	_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID, Operator: id.Operator})
 }
 
 // uiLogout is POST /ui/logout: delete the login (its id no longer works,
@@ -191,7 +194,7 @@ func (g *Gateway) uiSession(w http.ResponseWriter, r *http.Request) {
 	id, aerr := g.checkUI(r, credential{value: c.Value, cookie: true})
 	switch {
 	case aerr == nil:
-		_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID})
+		_ = writeJSON(w, http.StatusOK, sessionInfo{Tenant: id.Tenant, TokenID: id.TokenID, Operator: id.Operator})
 	case aerr.Status == http.StatusUnauthorized:
 		g.clearSession(w, r)
 		_ = writeJSON(w, http.StatusOK, sessionInfo{Message: "your login ended (" + aerr.Message + ")"})

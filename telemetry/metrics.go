@@ -41,6 +41,9 @@ type Metrics struct {
 	containersReaped metric.Int64Counter
 	submissions      metric.Int64Counter
 	streamFull       metric.Int64Counter
+	runsRescued      metric.Int64Counter
+	failovers        metric.Int64Counter
+	natsReconnects   metric.Int64ObservableCounter
 }
 
 // AttrStream is the JetStream stream a metric is about (PADDOCK_JOBS,
@@ -88,7 +91,14 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		"Submissions seen by the scheduler, by outcome (accepted, rejected, duplicate).")
 	m.streamFull = counter("paddock.stream.full", "{message}",
 		"Publishes JetStream refused because the stream (or the server's JetStream storage) was full, by stream.")
+	m.runsRescued = counter("paddock.runs.rescued", "{run}",
+		"Runs of dead workers this process's rescuer enqueued again (internal/asynqx.Rescuer).")
+	m.failovers = counter("paddock.failovers.seen", "{failover}",
+		"Failovers of the shared services this process observed, by service and kind: redis master (the master changed), nats stream_leader (a stream's leader changed).")
 	var err error
+	m.natsReconnects, err = meter.Int64ObservableCounter("paddock.nats.reconnects", metric.WithUnit("{reconnect}"),
+		metric.WithDescription("Reconnects of this process's NATS connections (to another server of the cluster, or the same one back)."))
+	errs = append(errs, err)
 	m.poolSize, err = meter.Int64ObservableGauge("paddock.pool.size", metric.WithUnit("{container}"),
 		metric.WithDescription("Pre-started containers ready in the warm pool."))
 	errs = append(errs, err)
@@ -220,6 +230,45 @@ func (m *Metrics) StreamFull(ctx context.Context, stream string) {
 		return
 	}
 	m.streamFull.Add(ctx, 1, metric.WithAttributes(AttrStream.String(stream)))
+}
+
+// RunRescued counts a run of a dead worker the rescuer enqueued again.
+func (m *Metrics) RunRescued(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.runsRescued.Add(ctx, 1)
+}
+
+// The services and kinds of FailoverSeen.
+const (
+	AttrFailoverService attribute.Key = "paddock.failover.service" // redis, nats
+	AttrFailoverKind    attribute.Key = "paddock.failover.kind"    // master, stream_leader
+)
+
+// FailoverSeen counts a failover this process observed: service "redis",
+// kind "master" (the master's replication id changed: a replica was
+// promoted, or the master restarted); service "nats", kind
+// "stream_leader" (a stream's leader moved to another server).
+func (m *Metrics) FailoverSeen(ctx context.Context, service, kind string) {
+	if m == nil {
+		return
+	}
+	m.failovers.Add(ctx, 1, metric.WithAttributes(AttrFailoverService.String(service), AttrFailoverKind.String(kind)))
+}
+
+// RegisterReconnects reports reconnects() as paddock.nats.reconnects, the
+// reconnects so far of this process's NATS connection (nats.Conn.Stats's
+// Reconnects), at each collection. Unregister the registration when the
+// connection closes.
+func (m *Metrics) RegisterReconnects(reconnects func() uint64) (metric.Registration, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: nil *Metrics", ErrInvalidConfig)
+	}
+	return m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(m.natsReconnects, int64(reconnects()))
+		return nil
+	}, m.natsReconnects)
 }
 
 // QueueInspector is the part of *asynq.Inspector that RegisterQueueGauges

@@ -101,6 +101,15 @@ func TestMetricsScrape(t *testing.T) {
 	m.LeaseWait(ctx, 250*time.Millisecond, true)
 	m.LeaseLost(ctx)
 	m.ContainersReaped(ctx, 2)
+	m.RunRescued(ctx)
+	m.RunRescued(ctx)
+	m.FailoverSeen(ctx, "redis", "master")
+	m.FailoverSeen(ctx, "nats", "stream_leader")
+	m.FailoverSeen(ctx, "nats", "stream_leader")
+	reconnects := uint64(4)
+	rreg, err := m.RegisterReconnects(func() uint64 { return reconnects })
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rreg.Unregister()) }()
 
 	body := scrape(t, p)
 	assertSeries(t, body, "paddock_submissions_total", `paddock_submission_outcome="accepted"`, "} 2")
@@ -121,6 +130,12 @@ func TestMetricsScrape(t *testing.T) {
 	assertSeries(t, body, "paddock_lease_wait_duration_seconds_count", `paddock_lease_acquired="true"`, "} 1")
 	assertSeries(t, body, "paddock_lease_lost_total", "} 1")
 	assertSeries(t, body, "paddock_containers_reaped_total", "} 2")
+	assertSeries(t, body, "paddock_runs_rescued_total", "} 2")
+	assertSeries(t, body, "paddock_failovers_seen_total", `paddock_failover_service="redis"`, `paddock_failover_kind="master"`, "} 1")
+	assertSeries(t, body, "paddock_failovers_seen_total", `paddock_failover_service="nats"`, `paddock_failover_kind="stream_leader"`, "} 2")
+	assertSeries(t, body, "paddock_nats_reconnects_total", "} 4")
+	reconnects = 5 // an observable counter is read at each scrape
+	assertSeries(t, scrape(t, p), "paddock_nats_reconnects_total", "} 5")
 	assertSeries(t, body, "target_info", `service_name="test"`)
 	assertSeries(t, body, "go_goroutines")
 }
@@ -140,8 +155,12 @@ func TestMetricsNil(t *testing.T) {
 		m.LeaseLost(ctx)
 		m.ContainersReaped(ctx, 1)
 		m.Submission(ctx, "dev", SubmissionRejected)
+		m.RunRescued(ctx)
+		m.FailoverSeen(ctx, "redis", "master")
 	})
 	_, err := m.RegisterPoolSize(func() int64 { return 0 })
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = m.RegisterReconnects(func() uint64 { return 0 })
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 }
 

@@ -59,6 +59,13 @@ func (f *fence) remove(id int) {
 	delete(f.cancels, id)
 }
 
+// running is the number of handlers running now.
+func (f *fence) running() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.cancels)
+}
+
 // cancelAll cancels every running handler with errFenced.
 func (f *fence) cancelAll() {
 	f.mu.Lock()

@@ -2,22 +2,29 @@ package worker
 
 import (
 	"context"
+	_ "embed"
+	"encoding/json"
 	"errors"
-	"strconv"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paddockhq/paddock/internal/startstop"
+	"github.com/paddockhq/paddock/job"
 )
 
 // Heartbeat keeps <prefix>worker:<id> alive in Redis while the worker runs,
-// and answers the reaper's question whether another owner is alive.
+// and answers the reaper's question whether another owner is alive. The
+// key's value is the worker's job.WorkerBeat (host, concurrency, running
+// jobs, warm pool), for the operator's fleet view; only its existence
+// says the worker is alive.
 //
 // Every beat also records the worker in the <prefix>workers sorted set
-// (score: last beat, Unix ms; entries older than knownWorkersTTL are
-// trimmed). An owner whose key is gone is dead only if this fleet knew it:
+// (score: last beat, Unix ms) and its job.WorkerBeat in the hash
+// <prefix>workers:last (every knownEvery beats; entries older than
+// knownWorkersTTL are trimmed from both). An owner whose key is gone is dead only if this fleet knew it:
 // containers of an owner this Redis never heard of belong to another fleet
 // sharing the Docker engine (another deployment, a concurrent test run) and
 // are not this fleet's to reap.
@@ -39,6 +46,14 @@ type Heartbeat struct {
 	// OnFence, when set, is called (outside any lock) each time the
 	// heartbeat fences itself. Set it before Start.
 	OnFence func()
+	// Status, when set, fills the worker's facts written with every beat
+	// (job.WorkerBeat: concurrency, running jobs, warm pool); the beat sets
+	// the id, host, pid and times. It must be cheap and safe for concurrent
+	// use. Set it before Start.
+	Status func(*job.WorkerBeat)
+
+	host    string
+	started time.Time
 
 	mu     sync.Mutex
 	last   time.Time // when the last successful renewal was sent (monotonic)
@@ -62,12 +77,36 @@ func NewHeartbeatEvery(rdb redis.UniversalClient, id, prefix string, ttl, interv
 	if interval <= 0 {
 		interval = min(time.Second, ttl/3)
 	}
-	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl, interval: interval, fenceAt: ttl - ttl/3}
+	host, _ := os.Hostname()
+	return &Heartbeat{rdb: rdb, id: id, prefix: prefix, ttl: ttl, interval: interval, fenceAt: ttl - ttl/3,
+		host: host, started: time.Now().UTC()}
+}
+
+// record is the value of the heartbeat key at sent: the worker's
+// job.WorkerBeat as JSON.
+func (h *Heartbeat) record(sent time.Time) string {
+	b := job.WorkerBeat{}
+	if h.Status != nil {
+		h.Status(&b)
+	}
+	b.ID, b.Host, b.PID, b.StartedAt, b.BeatAt = h.id, h.host, os.Getpid(), h.started, sent.UTC()
+	v, _ := json.Marshal(b) // a struct of numbers, strings and times
+	return string(v)
 }
 
 func (h *Heartbeat) key(id string) string { return h.prefix + "worker:" + id }
 
 func (h *Heartbeat) known() string { return h.prefix + "workers" }
+
+// lastBeats is the hash of every known worker's last job.WorkerBeat, written
+// with the known set: the fleet view's facts of a worker whose key
+// expired (its host, above all).
+func (h *Heartbeat) lastBeats() string { return h.prefix + "workers:last" }
+
+//go:embed heartbeat_trim.lua
+var trimSource string
+
+var trimScript = redis.NewScript(trimSource)
 
 // knownWorkersTTL is how long a dead worker stays known (its leftover
 // containers reapable) after its last beat.
@@ -76,7 +115,7 @@ const knownWorkersTTL = 7 * 24 * time.Hour
 // Beats apart the known-workers set is updated (its score, the last beat,
 // is what the dashboard shows: 10 s resolution at the default 1 s beat)
 // and trimmed. Every beat renews the key; an idle worker's heartbeat costs
-// ~1.1 Redis commands a second.
+// ~1.2 Redis commands a second.
 const (
 	knownEvery = 10
 	trimEvery  = 60
@@ -112,13 +151,15 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	h.beats++
 	known, trim := h.beats%knownEvery == 1, h.beats%trimEvery == 1
 	h.mu.Unlock()
+	rec := h.record(sent)
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, h.key(h.id), sent.UTC().Format(time.RFC3339Nano), h.ttl)
+		p.Set(ctx, h.key(h.id), rec, h.ttl)
 		if known {
 			p.ZAdd(ctx, h.known(), redis.Z{Score: float64(sent.UnixMilli()), Member: h.id})
+			p.HSet(ctx, h.lastBeats(), h.id, rec)
 		}
 		if trim {
-			p.ZRemRangeByScore(ctx, h.known(), "-inf", strconv.FormatInt(sent.Add(-knownWorkersTTL).UnixMilli(), 10))
+			trimScript.Eval(ctx, p, []string{h.known(), h.lastBeats()}, sent.Add(-knownWorkersTTL).UnixMilli())
 		}
 		return nil
 	})

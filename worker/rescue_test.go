@@ -18,6 +18,7 @@ import (
 
 	pclient "github.com/paddockhq/paddock/client"
 	"github.com/paddockhq/paddock/internal/asynqx"
+	"github.com/paddockhq/paddock/internal/failwatch"
 	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -93,6 +94,9 @@ func TestRescueWakesIdleWorkers(t *testing.T) {
 	task, err := store.TaskOf(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, asynqx.RescueID(key, 1), task)
+	n, err := rdb.Get(ctx, "paddock:"+failwatch.RescuedKey).Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the fleet view counts the rescue once (the worker's OnRescue)")
 }
 
 // rescuedAtRecord is a real results store whose first RecordRun is

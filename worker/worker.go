@@ -20,6 +20,7 @@ import (
 
 	"github.com/paddockhq/paddock/healer"
 	"github.com/paddockhq/paddock/internal/asynqx"
+	"github.com/paddockhq/paddock/internal/failwatch"
 	"github.com/paddockhq/paddock/internal/retrydelay"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
@@ -332,14 +333,27 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 		w.log.Error("heartbeat not renewed in time: killing every running job before a rescuer may run it elsewhere (Redis unreachable, or this process was frozen)")
 		w.fence.cancelAll()
 	}
+	w.hb.Status = w.beatStatus
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
 	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
-		Wake: w.wakeRescued})
+		Wake: w.wakeRescued,
+		OnRescue: func(string) {
+			w.m.RunRescued(context.Background())
+			_ = failwatch.NoteRescue(context.Background(), rdb, cfg.KeyPrefix) // the fleet view's count
+		}})
 	if rt != nil {
 		w.reap = sandbox.NewReaper(rt, w.hb)
 		w.reap.OnReap = func(n int) { w.m.ContainersReaped(context.Background(), n) }
 	}
 	return w, nil
+}
+
+// beatStatus fills the facts every heartbeat writes (job.WorkerBeat).
+func (w *Worker) beatStatus(b *job.WorkerBeat) {
+	b.Concurrency, b.Running = w.cfg.Concurrency, w.fence.running()
+	if w.rt != nil {
+		b.Pool = w.rt.PoolSize()
+	}
 }
 
 // DefaultProfile is the sandbox profile of a job that asks for no limits:

@@ -1,11 +1,13 @@
 // The dashboard's shell: login, the router (#/jobs, #/jobs/<id>, #/fleet,
-// #/queues) and the page in view. A page is a function (root, params) that
+// #/queues; #/operator for the operator's login, which sees only that
+// page) and the page in view. A page is a function (root, params) that
 // draws into root and returns its cleanup (it closes its event streams).
 import {api, onUnauthorized} from './api.js';
 import {fill, status} from './dom.js';
 import {jobsPage} from './jobs.js';
 import {jobPage} from './job.js';
 import {fleetPage, queuesPage} from './fleet.js';
+import {operatorPage} from './operator.js';
 
 const $ = (id) => document.getElementById(id);
 let cleanup = null;
@@ -22,12 +24,15 @@ function route() {
   const [path, qs] = (location.hash.replace(/^#/, '') || '/jobs').split('?');
   const params = new URLSearchParams(qs || '');
   const parts = path.split('/').filter(Boolean);
-  let page = parts[0] || 'jobs';
+  // The operator token opens the operator's page only.
+  const page = session.operator ? 'operator' : parts[0] || 'jobs';
   document.querySelectorAll('#nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === page));
   if (page === 'jobs' && parts.length > 1) {
     cleanup = jobPage(root, decodeURIComponent(parts.slice(1).join('/')));
   } else if (page === 'fleet') {
     cleanup = fleetPage(root);
+  } else if (page === 'operator') {
+    cleanup = operatorPage(root);
   } else if (page === 'queues') {
     cleanup = queuesPage(root);
   } else {
@@ -55,7 +60,8 @@ function loggedIn(info) {
   $('login').hidden = true;
   $('nav').hidden = false;
   $('logout').hidden = false;
-  $('who').textContent = 'tenant ' + info.tenant;
+  $('who').textContent = info.operator ? 'operator' : 'tenant ' + info.tenant;
+  document.querySelectorAll('#nav a').forEach((a) => { a.hidden = (a.dataset.page === 'operator') !== Boolean(info.operator); });
   route();
 }
 
@@ -88,7 +94,7 @@ async function start() {
   onUnauthorized(() => showLogin('your login ended (the token is unknown or was revoked): log in again'));
   try {
     const info = await api('GET', '/ui/session');
-    if (info && info.tenant) loggedIn(info);
+    if (info && (info.tenant || info.operator)) loggedIn(info);
     else showLogin(info && info.message);
   } catch (e) {
     showLogin(e.message);

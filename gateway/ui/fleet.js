@@ -32,7 +32,7 @@ function cell(k, v) {
 
 // table renders an array of objects, one column per scalar field (an
 // object field's scalar members become "field.member" columns).
-function table(list, id, extra) {
+export function table(list, id, extra) {
   if (!list || !list.length) return h('p', {class: 'muted'}, 'none');
   const flat = list.map((o) => {
     const r = {};

@@ -32,12 +32,14 @@ images-all: setup build ## Also build the paddock binary's own image
 
 # The Go suite, then the compose fleet's own test (test-compose: the
 # images it needs are built by images-deploy, so a fresh clone runs it too),
+# then the fleet harness's short version (namespace hosts, faults in flight),
 # then the leftovers check. TestCompose runs once, in its full form, after
 # the suite: the suite skips it by name (-skip), not by a silent t.Skip.
-test: setup images lint inspector ## Lint, run the whole suite and the compose fleet test on real Docker, Redis and NATS, check it left no container
+test: setup images lint inspector ## Lint, run the whole suite, the compose fleet test and the short fleet harness on real Docker, Redis and NATS, check it left no container
 	@scripts/leftovers.sh snapshot $(LEFTOVERS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^TestCompose$$' ./...
 	@$(MAKE) --no-print-directory test-compose
+	@$(MAKE) --no-print-directory test-fleet-short
 	@scripts/leftovers.sh check $(LEFTOVERS)
 
 test-short: setup images inspector ## The suite without the slowest chaos and fault tests

@@ -40,7 +40,7 @@ func TestFleetCommandShowsTheFleet(t *testing.T) {
 	rs := testsvc.StartRedis(t)
 	rdb := rs.Client()
 	t.Cleanup(func() { rdb.Close() })
-	cl := testsvc.StartSysCluster(t, 3)
+	cl := testsvc.StartNATSClusterWith(t, 3, testsvc.NATSClusterConfig{Accounts: true})
 	nc, err := nats.Connect(cl.AppURL)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

@@ -23,7 +23,7 @@ import (
 
 // The operator's view of a fleet on real services: two workers beating on
 // this host (one with its facts, one stopped), a Redis primary with a
-// replica and a Sentinel, a 3-node NATS cluster (system account pinged)
+// replica and three Sentinels (one asked), a 3-node NATS cluster (system account pinged)
 // with an R3 jobs stream. It names the host, sums its workers, gives
 // Redis's role and replica, the Sentinel's master, every NATS server, the
 // meta leader and the stream's leader and followers; then the failovers
@@ -31,12 +31,11 @@ import (
 func TestOperatorViewReadsTheFleet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary := testsvc.StartLoopbackRedis(t)
-	testsvc.StartLoopbackRedis(t, "--replicaof", "127.0.0.1", primary.Port)
-	sentinel := testsvc.StartSentinelFor(t, primary.Addr, "mymaster")
-	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	ha := testsvc.StartRedisHA(t, testsvc.RedisHAConfig{})
+	primary, sentinel := ha.Nodes[0].Addr(), ha.Sentinels[0].Addr()
+	rdb := ha.NodeClient(ha.Nodes[0])
 	t.Cleanup(func() { rdb.Close() })
-	cl := testsvc.StartSysCluster(t, 3)
+	cl := testsvc.StartNATSClusterWith(t, 3, testsvc.NATSClusterConfig{Accounts: true})
 	app, err := nats.Connect(cl.AppURL)
 	require.NoError(t, err)
 	t.Cleanup(app.Close)
@@ -57,10 +56,10 @@ func TestOperatorViewReadsTheFleet(t *testing.T) {
 	require.NoError(t, gone.Start(ctx))
 	gone.Stop() // known, not alive
 
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 	t.Cleanup(func() { sc.Close() })
 	v, err := scheduler.NewOperatorView(rdb, scheduler.OperatorViewConfig{JetStream: js, Servers: scheduler.NATSServers{Conn: sys},
-		Sentinels: []scheduler.Sentinel{{Addr: sentinel.Addr, Client: sc}}, MasterName: "mymaster"})
+		Sentinels: []scheduler.Sentinel{{Addr: sentinel, Client: sc}}, MasterName: ha.Master})
 	require.NoError(t, err)
 	var f scheduler.OperatorFleet
 	testsvc.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
@@ -87,7 +86,7 @@ func TestOperatorViewReadsTheFleet(t *testing.T) {
 	assert.Equal(t, "master", f.Redis.Role)
 	require.Len(t, f.Redis.Replicas, 1)
 	assert.Contains(t, f.Redis.Replicas[0], "state=online")
-	assert.Equal(t, []scheduler.SentinelHealth{{Addr: sentinel.Addr, Master: primary.Addr}}, f.Redis.Sentinels)
+	assert.Equal(t, []scheduler.SentinelHealth{{Addr: sentinel, Master: primary}}, f.Redis.Sentinels)
 
 	assert.True(t, f.NATS.OK, f.NATS.Error)
 	names := []string{}
@@ -134,8 +133,10 @@ func TestOperatorViewReadsTheFleet(t *testing.T) {
 func TestOperatorViewPartsMissing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := testsvc.StartLoopbackRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	r := testsvc.StartRedis(t)
+	opt := r.Options()
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	v, err := scheduler.NewOperatorView(rdb, scheduler.OperatorViewConfig{})
 	require.NoError(t, err)
@@ -148,7 +149,7 @@ func TestOperatorViewPartsMissing(t *testing.T) {
 
 	_, _, err = scheduler.NATSServers{Conn: nil}.Servers(ctx)
 	assert.Error(t, err)
-	r.Kill()
+	r.Stop()
 	f, err = v.Read(ctx)
 	assert.Error(t, err)
 	assert.False(t, f.Redis.OK)

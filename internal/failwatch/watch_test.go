@@ -54,17 +54,16 @@ func failovers(body, service string) string {
 	return "0"
 }
 
-// A real promotion: a primary and its replica; the watcher's client
-// follows the master (as a Sentinel client does) from the primary, killed,
-// to the replica, promoted with REPLICAOF NO ONE (what Sentinel sends).
-// The watcher counts one failover, and the fleet's Redis keeps both
-// masters' replication ids.
+// A real promotion: a primary, its replica and three Sentinels; the
+// primary is killed and the Sentinels promote the replica. The watcher's
+// client follows the master (as a Sentinel client does) and counts one
+// failover, and the fleet's Redis keeps both masters' replication ids.
 func TestWatcherSeesARedisPromotion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := testsvc.StartLoopbackRedis(t)
-	primary, killPrimary := p.Addr, p.Kill
-	replica := testsvc.StartLoopbackRedis(t, "--replicaof", "127.0.0.1", p.Port).Addr
+	ha := testsvc.StartRedisHA(t, testsvc.RedisHAConfig{})
+	primary, killPrimary := ha.Nodes[0].Addr(), ha.Nodes[0].Kill
+	replica := ha.Nodes[1].Addr()
 	var target atomic.Value
 	target.Store(primary)
 	rdb := redis.NewClient(&redis.Options{Addr: "master", MaxRetries: -1, Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -87,7 +86,7 @@ func TestWatcherSeesARedisPromotion(t *testing.T) {
 	assert.Equal(t, "0", failovers(scrape(), "redis"), "the same master is no failover")
 
 	killPrimary()
-	require.NoError(t, rep.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
+	require.Equal(t, replica, ha.WaitMaster(primary, 30*time.Second), "the Sentinels promote the replica")
 	target.Store(replica)
 	w.Look(ctx)
 	assert.Equal(t, "1", failovers(scrape(), "redis"), "the promotion is one failover seen")
@@ -105,7 +104,7 @@ func TestWatcherSeesARedisPromotion(t *testing.T) {
 func TestWatcherSeesAStreamLeaderChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := testsvc.StartSysCluster(t, 3)
+	cl := testsvc.StartNATSClusterWith(t, 3, testsvc.NATSClusterConfig{Accounts: true})
 	nc, err := nats.Connect(cl.AppURL)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

@@ -1,9 +1,12 @@
 package testsvc
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +21,31 @@ import (
 // port (all on loopback, random) and file store.
 type NATSCluster struct {
 	Name    string
-	Servers []*server.Server // nil where Shutdown stopped one
-	opts    []*server.Options
-	tb      testing.TB
+	Servers []*server.Server // nil where Shutdown stopped one; server i is named <Name>-<i+1>
+	// AppURL and SysURL are every server's client URL with the user of the
+	// APP or the SYS account (NATSClusterConfig.Accounts; empty without).
+	AppURL, SysURL string
+	opts           []*server.Options
+	tb             testing.TB
+}
+
+// NATSClusterConfig: Accounts gives the servers an operator fleet's two
+// accounts: APP (JetStream on; user app, password app), where the streams
+// are, and the system account SYS (user sys, password sys), which answers
+// the servers' $SYS.REQ.SERVER.PING requests (VARZ, JSZ). Without it the
+// servers have no accounts and take any client.
+type NATSClusterConfig struct {
+	Accounts bool
 }
 
 // StartNATSCluster starts n servers (3 or 5 for a JetStream cluster) with
 // full-mesh routes and waits until JetStream has a meta leader.
 func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
+	return StartNATSClusterWith(tb, n, NATSClusterConfig{})
+}
+
+// StartNATSClusterWith is StartNATSCluster with cfg.
+func StartNATSClusterWith(tb testing.TB, n int, cfg NATSClusterConfig) *NATSCluster {
 	tb.Helper()
 	c := &NATSCluster{Name: Unique("c"), Servers: make([]*server.Server, n), tb: tb}
 	ports := make([]int, n)
@@ -37,12 +57,18 @@ func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
 		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
 	for i := range n {
-		c.opts = append(c.opts, &server.Options{
-			ServerName: fmt.Sprintf("%s-n%d", c.Name, i), Host: "127.0.0.1", Port: freePort(tb),
-			JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
+		o := &server.Options{}
+		if cfg.Accounts {
+			o = accountOptions(tb)
+		}
+		o.ServerName, o.Host, o.Port = fmt.Sprintf("%s-%d", c.Name, i+1), "127.0.0.1", freePort(tb)
+		o.JetStream, o.StoreDir, o.NoLog, o.NoSigs = true, tb.TempDir(), true, true
+		o.Cluster = server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: ports[i]}
+		o.Routes = routes
+		c.opts = append(c.opts, o)
+	}
+	if cfg.Accounts {
+		c.AppURL, c.SysURL = c.urlWith("app:app@"), c.urlWith("sys:sys@")
 	}
 	for i := range n {
 		c.start(i)
@@ -54,6 +80,28 @@ func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
 	})
 	c.waitMeta()
 	return c
+}
+
+// accountOptions are the options of NATSClusterConfig.Accounts, read from
+// a config file (accounts with JetStream limits have no other public way
+// in).
+func accountOptions(tb testing.TB) *server.Options {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "accounts.conf")
+	conf := `accounts {
+  APP: { jetstream: enabled, users: [{user: app, password: app}] }
+  SYS: { users: [{user: sys, password: sys}] }
+}
+system_account: SYS
+`
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(path)
+	if err != nil {
+		tb.Fatalf("nats accounts config: %v", err)
+	}
+	return o
 }
 
 func (c *NATSCluster) start(i int) {
@@ -70,10 +118,13 @@ func (c *NATSCluster) start(i int) {
 }
 
 // URL is the comma-separated client URL list of every server.
-func (c *NATSCluster) URL() string {
+func (c *NATSCluster) URL() string { return c.urlWith("") }
+
+// urlWith is URL with userinfo ("user:password@") in each URL.
+func (c *NATSCluster) urlWith(userinfo string) string {
 	urls := make([]string, len(c.opts))
 	for i, o := range c.opts {
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", o.Port)
+		urls[i] = fmt.Sprintf("nats://%s127.0.0.1:%d", userinfo, o.Port)
 	}
 	return strings.Join(urls, ",")
 }
@@ -107,7 +158,7 @@ func (c *NATSCluster) Restart(i int) { c.start(i) }
 // leader and every server is routed).
 func (c *NATSCluster) waitMeta() {
 	c.tb.Helper()
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(cmp.Or(c.AppURL, c.URL()), nats.MaxReconnects(-1))
 	if err != nil {
 		c.tb.Fatalf("connect to the cluster: %v", err)
 	}

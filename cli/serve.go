@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/paddockhq/paddock/internal/asynqx"
 	"github.com/paddockhq/paddock/internal/devstack"
 	"github.com/paddockhq/paddock/internal/redact"
 	"github.com/paddockhq/paddock/results"
@@ -144,7 +145,8 @@ func newScheduler(ctx context.Context, s *stack, sf *schedFlags, cf *capsFlags, 
 	return scheduler.New(s.js, ac, s.st, scheduler.Config{Caps: cf.caps(), Concurrency: sf.concurrency,
 		MaxRetry: sf.maxRetry, TaskRetention: sf.resultRetention, Logger: log, Metrics: obs.metrics,
 		Tracer: obs.provider.TracerProvider().Tracer(scheduler.TracerName), Tenants: tenants,
-		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: s.streams, Grants: fb.checker()})
+		MaxRunning: sf.maxRunning, Slots: slots, AutoSlots: autoSlots, Streams: s.streams, Grants: fb.checker(),
+		Tasks: asynqx.LostTasks{Store: s.st, RDB: s.rdb}})
 }
 
 // readiness checks that a service's NATS connection and Redis answer.

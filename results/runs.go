@@ -120,3 +120,28 @@ func (s *Store) TaskOf(ctx context.Context, key string) (string, error) {
 	}
 	return id, nil
 }
+
+// TasksOf is TaskOf for many jobs in one round trip: job key → the id of
+// the task carrying it.
+func (s *Store) TasksOf(ctx context.Context, keys []string) (map[string]string, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, s.key("task", k))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("results: tasks of %d jobs: %w", len(keys), err)
+	}
+	out := make(map[string]string, len(keys))
+	for i, k := range keys {
+		out[k] = k
+		if v, err := cmds[i].Result(); err == nil && v != "" {
+			out[k] = v
+		}
+	}
+	return out, nil
+}

@@ -39,6 +39,10 @@ type Config struct {
 	// tenant's; nil: the fleet runs no broker and a job naming a grant is
 	// rejected.
 	Grants GrantChecker
+	// Tasks finds held jobs whose task Redis lost (a Sentinel failover
+	// drops the last writes before it), so that their submissions are
+	// handed back and scheduled again; nil: not checked.
+	Tasks TaskFinder
 	// NoWakeups: do not publish a wake-up (job.WakeSubject) after each
 	// enqueue. Workers with wake-ups on then find a job at their idle poll
 	// (--task-check-interval, 1 s) instead of at once.

@@ -20,11 +20,11 @@ type Settled interface {
 	Finished(ctx context.Context, keys []string) (map[string]bool, error)
 }
 
-// TaskFinder is the part of *results.Store that finds held jobs whose
-// task Redis no longer has (Missing: job key → queue in, key → missing
-// out). A Recorder that has it lets the holds recover a task a Redis
-// failover lost; one without it holds such a job until AckWait after the
-// scheduler stops.
+// TaskFinder finds held jobs whose task Redis no longer has (Missing: job
+// key → queue in, key → missing out; asynqx.LostTasks, which knows asynq's
+// keys). With Config.Tasks set the holds recover a task a Redis failover
+// lost; without, such a job is held until AckWait after the scheduler
+// stops.
 type TaskFinder interface {
 	Missing(ctx context.Context, queued map[string]string) (map[string]bool, error)
 }
@@ -206,8 +206,8 @@ func (h *holds) check(ctx context.Context) {
 // that finished between the two checks (result recorded, task deleted)
 // is harmless: the redelivery finds the result and acknowledges.
 func (h *holds) recoverLost(ctx context.Context, open map[string]string) {
-	tf, ok := h.s.store.(TaskFinder)
-	if !ok || len(open) == 0 {
+	tf := h.s.cfg.Tasks
+	if tf == nil || len(open) == 0 {
 		return
 	}
 	lost, err := tf.Missing(ctx, open)

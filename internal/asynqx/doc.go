@@ -31,4 +31,10 @@
 // change we would propose"): a lease of a few seconds would make asynq's
 // own recovery as quick. The worker uses it through a Start/Stop interface
 // and keeps its self-fence (worker/fence.go).
+//
+// LostTasks (lost.go) is what the scheduler asks after a Redis failover:
+// which held jobs have no task any more (asynq's task hash key) and which
+// queues asynq's queue set forgot. TestLostTasksFindsWhatRedisLost pins
+// both keys; an Inspector.TaskExists and an inspector that lists queues
+// from their keys would let it go.
 package asynqx

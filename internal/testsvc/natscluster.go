@@ -155,7 +155,7 @@ func (c *NATSCluster) Shutdown(i int) {
 func (c *NATSCluster) Restart(i int) { c.start(i) }
 
 // waitMeta waits until a client can use JetStream (the meta group has a
-// leader and every server is routed).
+// leader that knows every server as a peer, and every server is routed).
 func (c *NATSCluster) waitMeta() {
 	c.tb.Helper()
 	nc, err := nats.Connect(cmp.Or(c.AppURL, c.URL()), nats.MaxReconnects(-1))
@@ -173,9 +173,21 @@ func (c *NATSCluster) waitMeta() {
 				return false
 			}
 		}
+		// The meta leader must know every server as an online JetStream
+		// peer with stats, or an R3 create right after this answers "no
+		// suitable peers for placement".
+		peers := 0
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() {
+				peers = len(s.JetStreamClusterPeers())
+			}
+		}
+		if peers < len(c.Servers) {
+			return false
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := js.AccountInfo(ctx)
 		return err == nil
-	}, "NATS cluster %s: JetStream meta leader elected", c.Name)
+	}, "NATS cluster %s: JetStream meta leader elected, every server its peer", c.Name)
 }

@@ -217,22 +217,91 @@ func (h *RedisHA) Primary(ctx context.Context) *RedisNode {
 	return nil
 }
 
-// WaitMaster waits until every live Sentinel names a master other than
-// not, and that node answers as master; it returns its address.
+// WaitMaster waits until every live Sentinel names the same master other
+// than not, and that node answers as master; it returns its address. All
+// Sentinels must agree: one that lags behind the failover still names the
+// old primary, and would hand it back to clients once it restarts.
 func (h *RedisHA) WaitMaster(not string, within time.Duration) string {
 	h.tb.Helper()
 	var addr string
 	Eventually(h.tb, within, 100*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		a, err := h.MasterAddr(ctx)
-		if err != nil || a == not {
+		a, ok := h.agreedMaster(ctx)
+		if !ok || a == not {
 			return false
 		}
 		addr = a
 		return h.role(ctx, a) == "master"
-	}, "a Sentinel failover of %s away from %s", h.Master, not)
+	}, "a Sentinel failover of %s away from %s (see the logs under %s)", h.Master, not, h.Sentinels[0].dir)
 	return addr
+}
+
+// WaitConverged waits until the set is whole again: every live Sentinel
+// names one master, that node answers as master, and every other live
+// data node replicates from it with its link up. It returns the master's
+// address. It does not insist on which node is master: on a loaded
+// machine the Sentinels may fail over more than once, and what matters
+// is that they end on one master with every node behind it.
+func (h *RedisHA) WaitConverged(within time.Duration) string {
+	h.tb.Helper()
+	var addr string
+	Eventually(h.tb, within, 200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		a, ok := h.agreedMaster(ctx)
+		if !ok || h.role(ctx, a) != "master" {
+			return false
+		}
+		addr = a
+		for _, n := range h.Nodes {
+			if n.cmd == nil || n.Addr() == a {
+				continue
+			}
+			if !h.replicatesFrom(ctx, n, a) {
+				return false
+			}
+		}
+		return true
+	}, "Redis Sentinel set %s whole again (see the logs under %s)", h.Master, h.Sentinels[0].dir)
+	return addr
+}
+
+// agreedMaster is the master every live Sentinel names, and whether they
+// all answered and agreed.
+func (h *RedisHA) agreedMaster(ctx context.Context) (string, bool) {
+	agreed := ""
+	for _, s := range h.Sentinels {
+		if s.cmd == nil {
+			continue
+		}
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
+		hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
+		sc.Close()
+		if err != nil || len(hp) != 2 {
+			return "", false
+		}
+		a := net.JoinHostPort(hp[0], hp[1])
+		if agreed != "" && a != agreed {
+			return "", false
+		}
+		agreed = a
+	}
+	return agreed, agreed != ""
+}
+
+// replicatesFrom reports whether data node n is a replica of master with
+// its link up.
+func (h *RedisHA) replicatesFrom(ctx context.Context, n *RedisNode, master string) bool {
+	c := h.NodeClient(n)
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return false
+	}
+	host, port, _ := net.SplitHostPort(master)
+	return strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") &&
+		strings.Contains(info, "master_host:"+host+"\r\n") && strings.Contains(info, "master_port:"+port+"\r\n")
 }
 
 // role is INFO replication's role of the node at addr ("" on an error).

@@ -314,7 +314,7 @@ services it started.`,
 	f.of.register(cmd.Flags())
 	f.pf.register(cmd.Flags())
 	f.gf.register(cmd.Flags())
-	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write this file once the stack accepts jobs (for scripts)")
+	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write this file once the stack accepts jobs: a line \"ready\", then nats=, redis= and gateway= URLs (port 0 in a flag is the port picked; for scripts)")
 	return cmd
 }
 
@@ -367,7 +367,7 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 		time.Since(t0).Round(time.Millisecond), redact.URL(g.natsURL), redact.URL(g.redisURL), f.wf.concurrency, f.wf.poolSize, f.wf.volumeRoot,
 		dataDirHint(f.dataDir))
 	if f.readyFile != "" {
-		_ = os.WriteFile(f.readyFile, []byte("ready\n"), 0o644)
+		_ = os.WriteFile(f.readyFile, []byte(readyText(g, f)), 0o644)
 		defer os.Remove(f.readyFile)
 	}
 	<-ctx.Done()
@@ -375,6 +375,14 @@ func runUp(ctx context.Context, g *globals, f *upFlags) error {
 	stopGateway()
 	stop()
 	return nil
+}
+
+// readyText is the --ready-file: "ready", then where the stack listens,
+// one "name=URL" line each (port 0 in a flag is the port picked), so that
+// a script can start up on free ports without racing anyone for them.
+// The Redis URL goes without its password: the file is world-readable.
+func readyText(g *globals, f *upFlags) string {
+	return "ready\nnats=" + redact.URL(g.natsURL) + "\nredis=" + redact.URL(g.redisURL) + "\ngateway=" + f.gatewayURL + "\n"
 }
 
 // volumes serves shared volumes from --volume-root, by default
@@ -403,8 +411,8 @@ func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), erro
 		g.redisURL = u
 	}
 	s, err := devstack.Ensure(ctx, devstack.EnsureConfig{NATSURL: g.natsURL, RedisURL: g.redisURL, DataDir: f.dataDir,
-		Auth: f.auth, Logger: g.logger, PingRedis: func(ctx context.Context) error {
-			rdb, err := connectRedis(ctx, g, g.redisURL)
+		Auth: f.auth, Logger: g.logger, PingRedis: func(ctx context.Context, url string) error {
+			rdb, err := connectRedis(ctx, g, url)
 			if err == nil {
 				rdb.Close()
 			}
@@ -413,6 +421,7 @@ func startDevServices(ctx context.Context, g *globals, f *upFlags) (func(), erro
 	if err != nil {
 		return nil, err
 	}
+	g.natsURL, g.redisURL = s.NATSURL, s.RedisURL // with the ports picked for port 0
 	return s.Stop, nil
 }
 

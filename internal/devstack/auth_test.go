@@ -289,7 +289,7 @@ func TestRedisWithPassword(t *testing.T) {
 	good := redis.NewClient(opts)
 	defer good.Close()
 	r, err := devstack.StartRedis(context.Background(), devstack.RedisConfig{Addr: ra, Dir: dir, Password: pw,
-		Ping: func(ctx context.Context) error { return good.Ping(ctx).Err() }})
+		Ping: func(ctx context.Context, _ devstack.Addr) error { return good.Ping(ctx).Err() }})
 	require.NoError(t, err)
 	t.Cleanup(r.Stop)
 	ctx := context.Background()
@@ -324,7 +324,7 @@ func TestRedisRefusesAPasswordThatWouldBreakItsConfig(t *testing.T) {
 	t.Parallel()
 	for _, pw := range []string{"two words", "line\nuser evil on nopass", `quo"te`} {
 		_, err := devstack.StartRedis(context.Background(), devstack.RedisConfig{Addr: devstack.Addr{Host: "127.0.0.1", Port: freePort(t)},
-			Dir: t.TempDir(), Password: pw, Ping: func(context.Context) error { return errors.New("never") }})
+			Dir: t.TempDir(), Password: pw, Ping: func(context.Context, devstack.Addr) error { return errors.New("never") }})
 		require.Error(t, err, "%q", pw)
 		assert.Contains(t, err.Error(), "must not hold spaces")
 		assert.NotContains(t, err.Error(), pw)

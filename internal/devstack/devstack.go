@@ -11,9 +11,11 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -88,7 +90,8 @@ type NATSConfig struct {
 }
 
 // StartNATS starts an embedded NATS server with JetStream and waits until it
-// accepts connections. Shut it down with Shutdown and WaitForShutdown.
+// accepts connections. Shut it down with Shutdown and WaitForShutdown. On
+// port 0 it listens on a free port, which its Addr gives.
 func StartNATS(cfg NATSConfig) (*server.Server, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -97,7 +100,11 @@ func StartNATS(cfg NATSConfig) (*server.Server, error) {
 	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: NATS store: %w", err)
 	}
-	opts := &server.Options{Host: cfg.Addr.Host, Port: cfg.Addr.Port, JetStream: true,
+	port := cfg.Addr.Port
+	if port == 0 { // the server picks a free one: Addr tells which
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{Host: cfg.Addr.Host, Port: port, JetStream: true,
 		StoreDir: cfg.StoreDir, NoSigs: true, NoLog: true, ServerName: "paddock-up"}
 	mode := "none"
 	if cfg.Auth != nil {
@@ -119,13 +126,14 @@ func StartNATS(cfg NATSConfig) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("devstack: embedded NATS did not start on %s (is the port taken?)", cfg.Addr)
 	}
-	log.Info("started embedded NATS with JetStream", "addr", cfg.Addr.String(), "store", cfg.StoreDir, "auth", mode)
+	log.Info("started embedded NATS with JetStream", "addr", ns.Addr().String(), "store", cfg.StoreDir, "auth", mode)
 	return ns, nil
 }
 
 // RedisConfig is a redis-server child.
 type RedisConfig struct {
-	// Addr is where it listens.
+	// Addr is where it listens. Port 0 picks a free port (Redis.Addr
+	// gives it), again if another process takes it first.
 	Addr Addr
 	// Dir holds its append-only file, redis.log and, with a Password, the
 	// redis.conf that holds it (created 0700).
@@ -136,25 +144,34 @@ type RedisConfig struct {
 	Password string
 	// User is the user that Password is for (default DefaultRedisUser).
 	User string
-	// Ping answers nil once the server serves (the caller's client, with
-	// its credentials); StartRedis waits for it up to 10 s.
-	Ping func(context.Context) error
+	// Ping answers nil once the server at addr serves (the caller's
+	// client, with its credentials); StartRedis waits for it up to 10 s.
+	Ping func(ctx context.Context, addr Addr) error
 	// Logger gets one line when it has started (default slog.Default()).
 	Logger *slog.Logger
 }
 
 // Redis is a running redis-server child.
 type Redis struct {
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	addr   Addr
+	exited chan struct{} // closed when the child has exited
 }
+
+// Addr is where the child listens.
+func (r *Redis) Addr() Addr { return r.addr }
+
+// errPortTaken is a redis-server that exited because its port was taken.
+var errPortTaken = errors.New("the port is taken")
+
+// pickTries is how often StartRedis picks a free port when another process
+// takes the one it picked before redis-server binds it.
+const pickTries = 5
 
 // StartRedis starts redis-server with AOF (fsync every second) and
 // noeviction, and waits until cfg.Ping answers.
 func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("devstack: no redis-server to start: `apt-get install -y redis-server` (make demo does)")
@@ -162,30 +179,66 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: Redis dir: %w", err)
 	}
-	args, err := redisACL(cfg)
+	acl, err := redisACL(cfg)
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "--bind", cfg.Addr.Host, "--port", strconv.Itoa(cfg.Addr.Port), "--dir", cfg.Dir,
+	for try := 1; ; try++ {
+		addr := cfg.Addr
+		if cfg.Addr.Port == 0 {
+			if addr.Port, err = freePort(addr.Host); err != nil {
+				return nil, fmt.Errorf("devstack: pick a Redis port: %w", err)
+			}
+		}
+		r, err := startRedisOn(ctx, bin, acl, addr, cfg)
+		if err == nil {
+			log.Info("started redis-server", "addr", addr.String(), "dir", cfg.Dir, "password", cfg.Password != "")
+			return r, nil
+		}
+		if cfg.Addr.Port != 0 || try == pickTries || !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+}
+
+// startRedisOn starts one redis-server on addr and waits until cfg.Ping
+// answers there, or the child exits.
+func startRedisOn(ctx context.Context, bin string, acl []string, addr Addr, cfg RedisConfig) (*Redis, error) {
+	args := append(append([]string{}, acl...), "--bind", addr.Host, "--port", strconv.Itoa(addr.Port), "--dir", cfg.Dir,
 		"--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
 		"--save", "", "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "yes")
 	cmd := exec.Command(bin, args...)
-	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	logPath := filepath.Join(cfg.Dir, "redis.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	defer logf.Close()
+	start, _ := logf.Seek(0, io.SeekEnd)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("devstack: start redis-server: %w", err)
 	}
-	r := &Redis{cmd: cmd}
-	if err := r.await(ctx, cfg.Ping); err != nil {
+	r := &Redis{cmd: cmd, addr: addr, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(r.exited) }()
+	if err := r.await(ctx, func(ctx context.Context) error { return cfg.Ping(ctx, addr) }); err != nil {
 		r.Stop()
-		return nil, fmt.Errorf("devstack: redis-server did not answer on %s: %w (see %s)", cfg.Addr, err, logf.Name())
+		if b, _ := os.ReadFile(logPath); int64(len(b)) > start && strings.Contains(string(b[start:]), "Address already in use") {
+			err = fmt.Errorf("%w (%v)", errPortTaken, err)
+		}
+		return nil, fmt.Errorf("devstack: redis-server did not answer on %s: %w (see %s)", addr, err, logPath)
 	}
-	log.Info("started redis-server", "addr", cfg.Addr.String(), "dir", cfg.Dir, "password", cfg.Password != "")
 	return r, nil
+}
+
+// freePort is a port on host that nothing listened on a moment ago.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // DefaultRedisUser is the Redis user of RedisConfig.Password.
@@ -228,7 +281,7 @@ func aclUsers(user, password string) string {
 // Pid is the process id of the redis-server child.
 func (r *Redis) Pid() int { return r.cmd.Process.Pid }
 
-// await polls ping every 50 ms for up to 10 s.
+// await polls ping every 50 ms for up to 10 s, or until the child exits.
 func (r *Redis) await(ctx context.Context, ping func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -240,6 +293,8 @@ func (r *Redis) await(ctx context.Context, ping func(context.Context) error) err
 		select {
 		case <-ctx.Done():
 			return err
+		case <-r.exited:
+			return fmt.Errorf("redis-server exited: %w", err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -248,5 +303,5 @@ func (r *Redis) await(ctx context.Context, ping func(context.Context) error) err
 // Stop asks redis-server to exit (SIGINT: it flushes the AOF) and waits.
 func (r *Redis) Stop() {
 	_ = r.cmd.Process.Signal(os.Interrupt)
-	_ = r.cmd.Wait()
+	<-r.exited
 }

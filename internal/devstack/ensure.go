@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -46,16 +49,17 @@ func (au *Auth) WithRedisAuth(raw string) (string, error) {
 // EnsureConfig is the NATS and Redis a dev stack needs.
 type EnsureConfig struct {
 	// NATSURL and RedisURL are where they are asked for, and where the
-	// ones started listen.
+	// ones started listen; on port 0 a started one picks a free port, and
+	// Services gives the URL with it.
 	NATSURL, RedisURL string
 	// DataDir holds the data of what is started (DataDir/nats, DataDir/redis).
 	DataDir string
 	// Auth is the stack's credentials (LoadOrCreateAuth): NATS is asked
 	// with its admin creds, and what is started trusts it.
 	Auth *Auth
-	// PingRedis answers nil when Redis at RedisURL serves the caller
-	// (its client, its credentials).
-	PingRedis func(context.Context) error
+	// PingRedis answers nil when Redis at url (RedisURL, or it with the
+	// port picked) serves the caller (its client, its credentials).
+	PingRedis func(ctx context.Context, url string) error
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,6 +68,9 @@ type EnsureConfig struct {
 type Services struct {
 	NATS  *server.Server // nil: one answered already
 	Redis *Redis         // nil: one answered already
+	// NATSURL and RedisURL are the config's URLs with the ports the
+	// started servers listen on.
+	NATSURL, RedisURL string
 }
 
 // Stop stops what Ensure started, Redis first.
@@ -86,10 +93,16 @@ func Ensure(ctx context.Context, cfg EnsureConfig) (*Services, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Services{NATS: ns}
+	s := &Services{NATS: ns, NATSURL: cfg.NATSURL, RedisURL: cfg.RedisURL}
+	if ns != nil {
+		s.NATSURL = withPort(cfg.NATSURL, ns.Addr().(*net.TCPAddr).Port)
+	}
 	if s.Redis, err = ensureRedis(ctx, cfg); err != nil {
 		s.Stop()
 		return nil, err
+	}
+	if s.Redis != nil {
+		s.RedisURL = withPort(cfg.RedisURL, s.Redis.Addr().Port)
 	}
 	return s, nil
 }
@@ -112,7 +125,7 @@ func ensureNATS(cfg EnsureConfig) (*server.Server, error) {
 // ensureRedis returns nil when Redis answers at the URL; otherwise it
 // starts a redis-server child.
 func ensureRedis(ctx context.Context, cfg EnsureConfig) (*Redis, error) {
-	if err := cfg.PingRedis(ctx); err == nil {
+	if err := cfg.PingRedis(ctx, cfg.RedisURL); err == nil {
 		cfg.Logger.Info("using Redis", "url", redact.URL(cfg.RedisURL))
 		return nil, nil
 	}
@@ -120,10 +133,28 @@ func ensureRedis(ctx context.Context, cfg EnsureConfig) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis URL: %w", err)
 	}
-	r, err := StartRedis(ctx, RedisConfig{Addr: addr, Dir: filepath.Join(cfg.DataDir, "redis"), Ping: cfg.PingRedis, Logger: cfg.Logger,
-		User: cfg.Auth.RedisUser, Password: cfg.Auth.RedisPassword})
+	r, err := StartRedis(ctx, RedisConfig{Addr: addr, Dir: filepath.Join(cfg.DataDir, "redis"), Logger: cfg.Logger,
+		User: cfg.Auth.RedisUser, Password: cfg.Auth.RedisPassword,
+		Ping: func(ctx context.Context, a Addr) error { return cfg.PingRedis(ctx, withPort(cfg.RedisURL, a.Port)) }})
 	if err != nil {
 		return nil, fmt.Errorf("no Redis at %s, and %w", redact.URL(cfg.RedisURL), err)
 	}
 	return r, nil
+}
+
+// withPort is raw, a URL (or a list of them: the first one's server was
+// started) with its first server's port set to port. It is raw unchanged
+// when that port is set already.
+func withPort(raw string, port int) string {
+	first, _, _ := strings.Cut(raw, ",")
+	first = strings.TrimSpace(first)
+	if !strings.Contains(first, "://") {
+		first = "nats://" + first
+	}
+	u, err := url.Parse(first)
+	if err != nil || u.Port() == strconv.Itoa(port) {
+		return raw
+	}
+	u.Host = net.JoinHostPort(cmp.Or(u.Hostname(), "127.0.0.1"), strconv.Itoa(port))
+	return u.String()
 }

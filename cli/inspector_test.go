@@ -35,9 +35,6 @@ var spillPathRE = regexp.MustCompile(`/workspace/\.paddock/out/[A-Za-z0-9._-]+\.
 // file and gets exactly the lines it asked for.
 func TestInspectorCLI(t *testing.T) {
 	bin := inspectorBinary(t)
-	// A free address, unless startUp gives one of its own: the URL is read
-	// back from up's stderr either way.
-	t.Setenv("PADDOCK_GATEWAY_ADDR", freeAddr(t))
 	s := startUp(t)
 	m := gatewayURLRE.FindStringSubmatch(s.stderr.String())
 	require.NotNil(t, m, "paddock up did not say where its gateway is (is --gateway-addr off?):\n%s", s.stderr)

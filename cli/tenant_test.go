@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,14 +28,6 @@ import (
 type devStack struct {
 	dir, natsURL string
 	stderr       *syncBuffer
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 var (
@@ -66,16 +57,6 @@ func initBinary(t *testing.T) string {
 	return initBin
 }
 
-// gatewayAddr is the gateway address of a test's `paddock up`:
-// PADDOCK_GATEWAY_ADDR when a test sets it, else a free port (never the
-// default 8080 a developer's own stack may hold).
-func gatewayAddr(t *testing.T) string {
-	if a := os.Getenv("PADDOCK_GATEWAY_ADDR"); a != "" {
-		return a
-	}
-	return freeAddr(t)
-}
-
 func startUp(t *testing.T) *devStack {
 	t.Helper()
 	return startUpWith(t)
@@ -86,16 +67,18 @@ func startUp(t *testing.T) *devStack {
 func startUpWith(t *testing.T, extra ...string) *devStack {
 	t.Helper()
 	testsvc.RequireImage(t, testsvc.Docker(t), testsvc.TestImage)
-	s := &devStack{dir: t.TempDir(), natsURL: "nats://" + freeAddr(t), stderr: &syncBuffer{}}
+	s := &devStack{dir: t.TempDir(), stderr: &syncBuffer{}}
 	ready := filepath.Join(s.dir, "ready")
 	// Runs after up stopped: volumes are filesystems mounted under the root.
 	t.Cleanup(func() { assert.NoError(t, worker.UnmountVolumes(filepath.Join(s.dir, "volumes"))) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
+	// Port 0 everywhere: up picks free ports as it binds them (no other
+	// test can take them in between) and names them in the ready file.
 	go func() {
-		done <- Run(ctx, append([]string{"up", "--data-dir", s.dir, "--nats-url", s.natsURL, "--redis-url", "redis://" + freeAddr(t),
+		done <- Run(ctx, append([]string{"up", "--data-dir", s.dir, "--nats-url", "nats://127.0.0.1:0", "--redis-url", "redis://127.0.0.1:0",
 			"--ready-file", ready, "--concurrency", "2", "--pool-size", "1", "--init-path", initBinary(t),
-			"--images", testsvc.TestImage, "--gateway-addr", gatewayAddr(t)}, extra...), &syncBuffer{}, s.stderr)
+			"--images", testsvc.TestImage, "--gateway-addr", "127.0.0.1:0"}, extra...), &syncBuffer{}, s.stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -106,6 +89,14 @@ func startUpWith(t *testing.T, extra ...string) *devStack {
 		}
 	})
 	require.Eventually(t, func() bool { return fileExists(ready) }, 60*time.Second, 50*time.Millisecond, "up never ready:\n%s", s.stderr)
+	b, err := os.ReadFile(ready)
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if u, ok := strings.CutPrefix(l, "nats="); ok {
+			s.natsURL = u
+		}
+	}
+	require.NotEmpty(t, s.natsURL, "the ready file names NATS:\n%s", b)
 	return s
 }
 

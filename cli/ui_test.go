@@ -19,6 +19,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/paddockhq/paddock/internal/testsvc"
 )
 
 // The dashboard in a real headless Chromium against a real `paddock up`:
@@ -32,7 +34,6 @@ import (
 // fleet.png there.
 func TestDashboardInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
-	t.Setenv("PADDOCK_GATEWAY_ADDR", freeAddr(t))
 	s := startUp(t)
 	m := gatewayURLRE.FindStringSubmatch(s.stderr.String())
 	require.NotNil(t, m, "paddock up did not say where its gateway is:\n%s", s.stderr)
@@ -313,17 +314,14 @@ func (b *browser) count(sel string) int {
 // poll calls f every 100 ms until it is true or within passes.
 func (b *browser) poll(within time.Duration, f func() bool, what func() string) {
 	b.t.Helper()
-	deadline := time.Now().Add(within)
-	for !f() {
-		if time.Now().After(deadline) {
-			extra := ""
-			if b.diag != nil {
-				extra = b.diag()
-			}
-			b.t.Fatalf("%s: not within %s\nbrowser errors: %v\npage text:\n%s\n%s", what(), within, b.errors(), b.pageText(), extra)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if !testsvc.Poll(ctx, 100*time.Millisecond, f) {
+		extra := ""
+		if b.diag != nil {
+			extra = b.diag()
 		}
-		// sleep: the poll interval of this deadline-bounded poll helper.
-		time.Sleep(100 * time.Millisecond)
+		b.t.Fatalf("%s: not within %s\nbrowser errors: %v\npage text:\n%s\n%s", what(), within, b.errors(), b.pageText(), extra)
 	}
 }
 

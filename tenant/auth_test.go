@@ -326,7 +326,7 @@ func TestServerConfigForAStandaloneServer(t *testing.T) {
 	require.NoError(t, os.WriteFile(conf, []byte(text+"\njetstream { store_dir: \""+dir+"/js\" }\n"), 0o600))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
-	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", freePort(t), true, true
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", server.RANDOM_PORT, true, true
 	s := startServer(t, a, opts, dir)
 
 	_, err = dial(t, s.url, "")

@@ -1,7 +1,6 @@
 package tenant_test
 
 import (
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func newSetup(t *testing.T) *setup {
 func startWith(t *testing.T, a *tenant.Authority) *setup {
 	t.Helper()
 	dir := t.TempDir()
-	opts := &server.Options{Host: "127.0.0.1", Port: freePort(t), JetStream: true,
+	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 		StoreDir: filepath.Join(dir, "js"), NoLog: true, NoSigs: true}
 	require.NoError(t, a.ConfigureServer(opts, filepath.Join(dir, "accounts")))
 	return startServer(t, a, opts, dir)
@@ -61,12 +60,6 @@ func startServer(t *testing.T, a *tenant.Authority, opts *server.Options, dir st
 	return &setup{auth: a, srv: s, url: s.ClientURL(), dir: dir}
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // issue writes the creds of a new user into a file and returns its path
 // and public key.

@@ -113,11 +113,12 @@ type NATS struct {
 }
 
 // StartNATS starts an embedded NATS server with JetStream (file store in a
-// temporary directory) on a random loopback port.
+// temporary directory) on a random loopback port: the server binds port
+// 0's pick itself, so no other test can take it between pick and bind.
 func StartNATS(tb testing.TB) *NATS {
 	tb.Helper()
 	n := &NATS{tb: tb, opts: server.Options{
-		Host: "127.0.0.1", Port: freePort(tb), JetStream: true, StoreDir: tb.TempDir(),
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: tb.TempDir(),
 		NoLog: true, NoSigs: true,
 	}}
 	n.start()
@@ -137,6 +138,7 @@ func (n *NATS) start() {
 		n.tb.Fatalf("nats server not ready")
 	}
 	n.Server, n.URL = s, s.ClientURL()
+	n.opts.Port = s.Addr().(*net.TCPAddr).Port // Restart comes back on it
 }
 
 // Stop shuts the server down.

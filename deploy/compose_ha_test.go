@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -247,11 +248,14 @@ func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 	c.t.Helper()
 	services := []string{"scheduler", "worker", "gateway", "redis", "redis-2", "sentinel-1", "sentinel-2", "sentinel-3"}
 	services = append(services, c.natsNodes...)
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	restarted := map[string]bool{}
-	for {
-		healthy, total := 0, 0
-		var bad []string
+	var healthy, total int
+	var bad []string
+	// Each round runs docker ps: once a second.
+	if !testsvc.Poll(ctx, time.Second, func() bool {
+		healthy, total, bad = 0, 0, nil
 		for _, svc := range services {
 			for _, ct := range c.containers(svc) {
 				total++
@@ -269,15 +273,10 @@ func (c *haCompose) waitAllHealthy(workers int, timeout time.Duration) {
 				}
 			}
 		}
-		if len(c.containers("worker")) == workers && healthy == total && total == len(services)+workers {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.dumpLogs()
-			c.t.Fatalf("not healthy after %s (%d of %d): %v", timeout, healthy, total, bad)
-		}
-		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
-		time.Sleep(time.Second)
+		return len(c.containers("worker")) == workers && healthy == total && total == len(services)+workers
+	}) {
+		c.dumpLogs()
+		c.t.Fatalf("not healthy after %s (%d of %d): %v", timeout, healthy, total, bad)
 	}
 }
 
@@ -535,7 +534,7 @@ func (c *haCompose) injectFaults(ctx context.Context, js jetstream.JetStream, ru
 // waitResults polls the dev tenant's results stream until it holds n, and
 // notes the largest submission the jobs stream held meanwhile.
 func (c *haCompose) waitResults(ctx context.Context, js jetstream.JetStream, n int) bool {
-	for ctx.Err() == nil {
+	return testsvc.Poll(ctx, 200*time.Millisecond, func() bool {
 		// Each poll its own deadline (see killNATSLeader).
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if st, err := js.Stream(pctx, job.JobsStream("dev")); err == nil {
@@ -550,13 +549,8 @@ func (c *haCompose) waitResults(ctx context.Context, js jetstream.JetStream, n i
 			}
 		}
 		cancel()
-		if done {
-			return true
-		}
-		// sleep: the interval of this poll, bounded by ctx.
-		time.Sleep(200 * time.Millisecond)
-	}
-	return false
+		return done
+	})
 }
 
 func (c *haCompose) noteJobBytes(b uint64) {
@@ -601,18 +595,12 @@ func (c *haCompose) killNATSLeader(ctx context.Context, js jetstream.JetStream, 
 		}
 		return in.Cluster.Leader
 	}
-	for f.Victim = leader(); f.Victim == "" && ctx.Err() == nil; f.Victim = leader() {
-		// sleep: the interval of this poll, bounded by ctx.
-		time.Sleep(100 * time.Millisecond)
-	}
+	testsvc.Poll(ctx, 100*time.Millisecond, func() bool { f.Victim = leader(); return f.Victim != "" })
 	require.Contains(c.t, c.natsNodes, f.Victim, "the jobs stream's leader is a node of this fleet")
 	var killed time.Time
 	f.container, killed = c.kill(f.Victim)
 	f.AtS = killed.Sub(start).Seconds()
-	for l := leader(); (l == "" || l == f.Victim) && ctx.Err() == nil; l = leader() {
-		// sleep: the interval of this poll, bounded by ctx.
-		time.Sleep(100 * time.Millisecond)
-	}
+	testsvc.Poll(ctx, 100*time.Millisecond, func() bool { l := leader(); return l != "" && l != f.Victim })
 	f.RecoveryS = time.Since(killed).Seconds()
 	return f
 }
@@ -627,13 +615,7 @@ func (c *haCompose) killPrimary(ctx context.Context, start time.Time) haFault {
 	var killed time.Time
 	f.container, killed = c.kill(f.Victim)
 	f.AtS = killed.Sub(start).Seconds()
-	for ctx.Err() == nil {
-		if p, err := c.primary(ctx); err == nil && p != f.Victim {
-			break
-		}
-		// sleep: the interval of this poll, bounded by ctx.
-		time.Sleep(100 * time.Millisecond)
-	}
+	testsvc.Poll(ctx, 100*time.Millisecond, func() bool { p, err := c.primary(ctx); return err == nil && p != f.Victim })
 	f.RecoveryS = time.Since(killed).Seconds()
 	return f
 }

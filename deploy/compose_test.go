@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/paddockhq/paddock/internal/asynqx"
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 )
 
@@ -537,10 +538,13 @@ func (c *compose) containers(service string) []ctr {
 // /readyz from --metrics-addr, the gateway's /healthz from its address).
 func (c *compose) waitHealthy(workers int, timeout time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var bad []string
+	// Each round runs docker ps: once a second.
+	if !testsvc.Poll(ctx, time.Second, func() bool {
 		healthy, total := 0, 0
-		var bad []string
+		bad = nil
 		for _, svc := range []string{"scheduler", "worker", "gateway", "nats", "redis"} {
 			for _, ct := range c.containers(svc) {
 				total++
@@ -555,15 +559,10 @@ func (c *compose) waitHealthy(workers int, timeout time.Duration) {
 				}
 			}
 		}
-		if len(c.containers("worker")) == workers && healthy == total {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.dumpLogs()
-			c.t.Fatalf("not healthy after %s: %v", timeout, bad)
-		}
-		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
-		time.Sleep(time.Second)
+		return len(c.containers("worker")) == workers && healthy == total
+	}) {
+		c.dumpLogs()
+		c.t.Fatalf("not healthy after %s: %v", timeout, bad)
 	}
 }
 
@@ -623,17 +622,14 @@ func (c *compose) submit(ctx context.Context, jobs []byte, wait time.Duration) [
 // container (docker kill: the restart policy leaves it dead, as a lost
 // host would be). Its jobs come back after asynq's lease expiry.
 func (c *compose) killWorkerAfter(ctx context.Context, js jetstream.JetStream, done int, start time.Time) (string, time.Duration) {
-	for ctx.Err() == nil {
+	testsvc.Poll(ctx, 200*time.Millisecond, func() bool {
 		st, err := js.Stream(ctx, job.ResultsStream("dev"))
-		if err == nil {
-			info, err := st.Info(ctx)
-			if err == nil && info.State.Msgs >= uint64(done) {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		// sleep: the poll interval of this poll, bounded by ctx.
-		time.Sleep(200 * time.Millisecond)
-	}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs >= uint64(done)
+	})
 	workers := c.containers("worker")
 	if len(workers) == 0 {
 		return "", 0
@@ -725,13 +721,9 @@ func (c *compose) checkResults(ctx context.Context, js jetstream.JetStream, run 
 		deadline = killedAt.Add(30*time.Second + asynqx.RetireMargin + 15*time.Second)
 	}
 	var busy string
-	for {
-		busy = queuesBusy(ctx, t, rdb)
-		if busy == "" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // polling Redis: nothing to wait on
-	}
+	qctx, qcancel := context.WithDeadline(ctx, deadline)
+	testsvc.Poll(qctx, 200*time.Millisecond, func() bool { busy = queuesBusy(ctx, t, rdb); return busy == "" })
+	qcancel()
 	assert.Empty(t, busy, "asynq's queues are not empty")
 	if run.kill {
 		c.checkRetired(t, rdb, results)
@@ -787,18 +779,12 @@ func (c *compose) down() {
 	require.NoError(c.t, err, "docker-compose down:\n%s", out)
 	// A killed worker's sandboxes end on their own (paddock-init exits when
 	// its stdin closes, and they are auto-removed): give them a moment.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		left := c.leftovers()
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Errorf("left after down: %v", left)
-			return
-		}
-		// sleep: the interval of this deadline-bounded poll (each round runs docker ps).
-		time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var left []string
+	// Each round runs docker ps: once a second.
+	if !testsvc.Poll(ctx, time.Second, func() bool { left = c.leftovers(); return len(left) == 0 }) {
+		c.t.Errorf("left after down: %v", left)
 	}
 }
 

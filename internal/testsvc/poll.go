@@ -1,6 +1,7 @@
 package testsvc
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -14,12 +15,26 @@ import (
 // Eventually runs cond in a goroutine of its own that can).
 func Eventually(tb testing.TB, within, interval time.Duration, cond func() bool, format string, args ...any) {
 	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("not within %s: %s", within, fmt.Sprintf(format, args...))
-		}
-		// sleep: the poll interval; what is polled for has no signal to wait on.
-		time.Sleep(interval)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if !Poll(ctx, interval, cond) {
+		tb.Fatalf("not within %s: %s", within, fmt.Sprintf(format, args...))
 	}
+}
+
+// Poll calls cond at once and then every interval until it is true
+// (Poll returns true) or ctx ends (false): the one poll loop of the tests,
+// for what has no signal to wait on (a container's health, a stream's
+// count, a Sentinel's answer).
+func Poll(ctx context.Context, interval time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }

@@ -236,7 +236,12 @@ func TestDuplicateSubmissionsRunOnce(t *testing.T) {
 	sub, err := s.client.Submit(ctx, job.Spec{ID: id, Command: "echo twice"})
 	require.NoError(t, err)
 	assert.Equal(t, id, sub.ID)
-	time.Sleep(500 * time.Millisecond) // give a wrong second run the chance to show
+	// A positive witness that the duplicate had its chance: a job
+	// submitted after it, through the same intake in order, has finished.
+	w, err := s.client.Submit(ctx, job.Spec{ID: testsvc.Unique("witness"), Command: "echo witness"})
+	require.NoError(t, err)
+	_, err = s.client.Wait(ctx, w.ID)
+	require.NoError(t, err)
 	again, err := s.store.Get(ctx, job.Key("", id))
 	require.NoError(t, err)
 	assert.Equal(t, "once\n", again.Stdout.Text)

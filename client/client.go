@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,9 +55,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PublishTimeout < 0 || c.BatchWindow < 0 {
 		return c, fmt.Errorf("%w: negative PublishTimeout or BatchWindow", ErrConfig)
 	}
-	if c.Tenant == "" {
-		c.Tenant = job.DefaultTenant
-	}
+	c.Tenant = cmp.Or(c.Tenant, job.DefaultTenant)
 	if err := job.CheckTenant(c.Tenant); err != nil {
 		return c, fmt.Errorf("%w: Tenant: %w", ErrConfig, err)
 	}
@@ -66,12 +65,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Tracer == nil {
 		c.Tracer = otel.Tracer(TracerName)
 	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = 10 * time.Second
-	}
-	if c.BatchWindow == 0 {
-		c.BatchWindow = 256
-	}
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 10*time.Second)
+	c.BatchWindow = cmp.Or(c.BatchWindow, 256)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -294,9 +289,7 @@ func (c *Client) prepare(spec job.Spec) (*nats.Msg, job.Spec, error) {
 	if spec.ID == "" {
 		spec.ID = NewID()
 	}
-	if spec.V == 0 {
-		spec.V = job.Version
-	}
+	spec.V = cmp.Or(spec.V, job.Version)
 	if spec.SubmittedAt.IsZero() {
 		spec.SubmittedAt = c.cfg.Now().UTC()
 	}

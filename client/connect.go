@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,12 +57,8 @@ type ConnectConfig struct {
 // secret: URLs are redacted (internal/redact), and credentials the server
 // refused are named by their kind or file, never by their value.
 func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
-	if cfg.URL == "" {
-		cfg.URL = nats.DefaultURL
-	}
-	if cfg.Name == "" {
-		cfg.Name = "paddock-client"
-	}
+	cfg.URL = cmp.Or(cfg.URL, nats.DefaultURL)
+	cfg.Name = cmp.Or(cfg.Name, "paddock-client")
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

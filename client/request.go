@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,9 +143,7 @@ func (c *Client) denied(before error, subject, scope string) error {
 // subscription), explains it.
 func (c *Client) deniedAny(subject string) error {
 	inbox := c.nc.Opts.InboxPrefix
-	if inbox == "" {
-		inbox = nats.InboxPrefix
-	}
+	inbox = cmp.Or(inbox, nats.InboxPrefix)
 	if err := c.violation(subject, inbox); err != nil {
 		return &PermissionError{Tenant: c.tenant, Subject: subject, Err: err}
 	}

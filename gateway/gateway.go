@@ -18,6 +18,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,12 +177,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.AuthFailBurst, 20)
 	def(&c.MaxMCPSessions, 8)
 	def(&c.MaxNamedSessions, 16)
-	if c.Rate == 0 {
-		c.Rate = 20
-	}
-	if c.AuthFailRate == 0 {
-		c.AuthFailRate = 1
-	}
+	c.Rate = cmp.Or(c.Rate, 20)
+	c.AuthFailRate = cmp.Or(c.AuthFailRate, 1)
 	if c.Logins == nil {
 		if ls, ok := c.Sessions.(LoginStore); ok {
 			c.Logins = ls
@@ -189,21 +186,11 @@ func (c Config) withDefaults() (Config, error) {
 			c.Logins = NewMemSessions()
 		}
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 1 << 20
-	}
-	if c.MaxWait == 0 {
-		c.MaxWait = 330 * time.Second
-	}
-	if c.HealMode == "" {
-		c.HealMode = job.HealRules
-	}
-	if c.SessionIdleTTL == 0 {
-		c.SessionIdleTTL = 30 * time.Minute
-	}
-	if c.SessionMaxBytes == 0 {
-		c.SessionMaxBytes = 256 << 20
-	}
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
+	c.MaxWait = cmp.Or(c.MaxWait, 330*time.Second)
+	c.HealMode = cmp.Or(c.HealMode, job.HealRules)
+	c.SessionIdleTTL = cmp.Or(c.SessionIdleTTL, 30*time.Minute)
+	c.SessionMaxBytes = cmp.Or(c.SessionMaxBytes, 256<<20)
 	if c.Rate < 0 || c.Burst < 1 || c.MaxStreams < 1 || c.MaxBodyBytes < 1 || c.MaxWait < time.Second ||
 		c.AnswerChars < 1000 || c.SessionIdleTTL < time.Minute || c.SessionMaxBytes < 1<<20 {
 		return c, fmt.Errorf("%w: Rate, Burst, MaxStreams, MaxBodyBytes, MaxWait (≥1s), AnswerChars (≥1000), SessionIdleTTL (≥1m) and SessionMaxBytes (≥1 MiB) must be positive", ErrInvalidConfig)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -302,16 +303,12 @@ type statusRecorder struct {
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
+	s.status = cmp.Or(s.status, code)
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(p []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.status = cmp.Or(s.status, http.StatusOK)
 	n, err := s.ResponseWriter.Write(p)
 	s.bytes += int64(n)
 	return n, err

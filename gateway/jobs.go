@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,9 +60,7 @@ func (g *Gateway) submitJob(w http.ResponseWriter, r *http.Request, id Identity)
 	if spec.Heal == nil {
 		spec.Heal = &job.HealPolicy{}
 	}
-	if spec.Heal.Mode == "" {
-		spec.Heal.Mode = g.cfg.HealMode
-	}
+	spec.Heal.Mode = cmp.Or(spec.Heal.Mode, g.cfg.HealMode)
 	c, err := g.tenantClient(ctx, id)
 	if err != nil {
 		return err

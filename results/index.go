@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/base64"
@@ -153,9 +154,7 @@ func (s *Store) Queued(ctx context.Context, spec job.Spec, queuedAt time.Time) e
 		labels = string(b)
 	}
 	tenant := spec.Tenant
-	if tenant == "" {
-		tenant = job.DefaultTenant
-	}
+	tenant = cmp.Or(tenant, job.DefaultTenant)
 	s.index(ctx, indexWrite{mode: "queued", key: spec.Key(), queued: queuedAt,
 		state:  []string{"state", string(job.StateQueued)},
 		static: []string{"id", spec.ID, "tenant", tenant, "queue", spec.Queue, "image", spec.Image, "labels", labels, "cmd", job.ShortCommand(spec.Command)}})
@@ -311,9 +310,7 @@ func parseSummary(row any) (job.Summary, bool) {
 	sum := job.Summary{ID: str(0), Tenant: str(1), State: job.State(str(2)), Reason: job.Reason(str(3)),
 		Queue: str(4), Image: str(5), Command: str(6),
 		QueuedAt: unixMilli(str(8)), StartedAt: unixMilli(str(9)), FinishedAt: unixMilli(str(10))}
-	if sum.State == "" {
-		sum.State = job.StateQueued
-	}
+	sum.State = cmp.Or(sum.State, job.StateQueued)
 	if l := str(7); l != "" {
 		_ = json.Unmarshal([]byte(l), &sum.Labels)
 	}

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -88,15 +89,9 @@ func NewIO(js jetstream.JetStream, cfg IOConfig) (*IO, error) {
 	if cfg.LiveRate < 0 || cfg.LiveBuffer < 0 || cfg.MaxKeptBytes < 0 {
 		return nil, fmt.Errorf("%w: negative LiveRate, LiveBuffer or MaxKeptBytes", ErrConfig)
 	}
-	if cfg.LiveRate == 0 {
-		cfg.LiveRate = DefaultLiveRate
-	}
-	if cfg.LiveBuffer == 0 {
-		cfg.LiveBuffer = DefaultLiveBuffer
-	}
-	if cfg.MaxKeptBytes == 0 {
-		cfg.MaxKeptBytes = DefaultMaxKeptBytes
-	}
+	cfg.LiveRate = cmp.Or(cfg.LiveRate, DefaultLiveRate)
+	cfg.LiveBuffer = cmp.Or(cfg.LiveBuffer, DefaultLiveBuffer)
+	cfg.MaxKeptBytes = cmp.Or(cfg.MaxKeptBytes, DefaultMaxKeptBytes)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

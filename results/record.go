@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -116,9 +117,7 @@ var recordRunScript = redis.NewScript(recordRunSource)
 // setIfRun runs recordrun.lua: the SET NX of the result of key, only while
 // run tok is the job's.
 func (s *Store) setIfRun(ctx context.Context, key, val string, tok RunToken) (created bool, current string, err error) {
-	if tok.TaskID == "" {
-		tok.TaskID = key
-	}
+	tok.TaskID = cmp.Or(tok.TaskID, key)
 	keys := []string{s.key("result", key), s.key("runs", key), s.key("task", key)}
 	res, err := recordRunScript.Run(ctx, s.rdb, keys, val, s.cfg.Retention.Milliseconds(), tok.Run, tok.TaskID, key).Slice()
 	if err != nil {
@@ -137,9 +136,7 @@ func (s *Store) setIfRun(ctx context.Context, key, val string, tok RunToken) (cr
 
 // complete validates r and fills the fields a stored result always has.
 func complete(r *job.Result) error {
-	if r.Tenant == "" {
-		r.Tenant = job.DefaultTenant
-	}
+	r.Tenant = cmp.Or(r.Tenant, job.DefaultTenant)
 	if err := job.CheckTenant(r.Tenant); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalid, r.ID, err)
 	}

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -45,9 +46,7 @@ var beginRunScript = redis.NewScript(beginRunSource)
 func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if o.TaskID == "" {
-		o.TaskID = key
-	}
+	o.TaskID = cmp.Or(o.TaskID, key)
 	rk := s.key("runs", key)
 	keys := []string{rk, s.key("task", key), rk, s.cfg.KeyPrefix + "active"}
 	if o.Worker != "" {

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -90,9 +91,7 @@ func NewStore(rdb redis.UniversalClient, js jetstream.JetStream, cfg StoreConfig
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = "paddock:"
-	}
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, "paddock:")
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

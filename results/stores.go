@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,18 +52,10 @@ func (q StoreQuota) withDefaults() (StoreQuota, error) {
 	if q.OutputMaxBytes < 0 || q.OutputRetention < 0 || q.StoredMaxBytes < 0 || q.Retention < 0 || q.Replicas < 0 {
 		return q, fmt.Errorf("%w: negative store quota", ErrConfig)
 	}
-	if q.OutputMaxBytes == 0 {
-		q.OutputMaxBytes = DefaultOutputMaxBytes
-	}
-	if q.OutputRetention == 0 {
-		q.OutputRetention = DefaultOutputRetention
-	}
-	if q.StoredMaxBytes == 0 {
-		q.StoredMaxBytes = DefaultStoredMaxBytes
-	}
-	if q.Retention == 0 {
-		q.Retention = DefaultRetention
-	}
+	q.OutputMaxBytes = cmp.Or(q.OutputMaxBytes, DefaultOutputMaxBytes)
+	q.OutputRetention = cmp.Or(q.OutputRetention, DefaultOutputRetention)
+	q.StoredMaxBytes = cmp.Or(q.StoredMaxBytes, DefaultStoredMaxBytes)
+	q.Retention = cmp.Or(q.Retention, DefaultRetention)
 	return q, nil
 }
 

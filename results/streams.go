@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,18 +77,10 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	if c.DedupeWindow < 0 || c.ResultRetention < 0 || c.Replicas < 0 || c.JobsMaxBytes < 0 || c.ResultsMaxBytes < 0 {
 		return c, fmt.Errorf("%w: negative DedupeWindow, ResultRetention, Replicas, JobsMaxBytes or ResultsMaxBytes", ErrConfig)
 	}
-	if c.JobsMaxBytes == 0 {
-		c.JobsMaxBytes = DefaultJobsMaxBytes
-	}
-	if c.ResultsMaxBytes == 0 {
-		c.ResultsMaxBytes = DefaultResultsMaxBytes
-	}
-	if c.DedupeWindow == 0 {
-		c.DedupeWindow = DefaultDedupeWindow
-	}
-	if c.ResultRetention == 0 {
-		c.ResultRetention = DefaultRetention
-	}
+	c.JobsMaxBytes = cmp.Or(c.JobsMaxBytes, DefaultJobsMaxBytes)
+	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, DefaultResultsMaxBytes)
+	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
+	c.ResultRetention = cmp.Or(c.ResultRetention, DefaultRetention)
 	return c, nil
 }
 
@@ -193,12 +186,8 @@ func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 	}
 	cfg, _ = cfg.withDefaults()
 	q := cfg.Stores
-	if q.Retention == 0 {
-		q.Retention = cfg.ResultRetention
-	}
-	if q.Replicas == 0 {
-		q.Replicas = cfg.Replicas
-	}
+	q.Retention = cmp.Or(q.Retention, cfg.ResultRetention)
+	q.Replicas = cmp.Or(q.Replicas, cfg.Replicas)
 	if maxStored > 0 {
 		q.StoredMaxBytes = maxStored
 	}
@@ -219,9 +208,7 @@ func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
 	if st, err := js.Stream(ctx, sc.Name); err == nil {
 		have := st.CachedInfo().Config
-		if sc.Replicas == 0 {
-			sc.Replicas = have.Replicas
-		}
+		sc.Replicas = cmp.Or(sc.Replicas, have.Replicas)
 		if sameManaged(have, sc) {
 			return nil
 		}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -72,18 +73,10 @@ type ArtifactCaps struct {
 }
 
 func (c ArtifactCaps) withDefaults() ArtifactCaps {
-	if c.MaxFiles == 0 {
-		c.MaxFiles = 100
-	}
-	if c.MaxFileBytes == 0 {
-		c.MaxFileBytes = 64 << 20
-	}
-	if c.MaxTotalBytes == 0 {
-		c.MaxTotalBytes = 256 << 20
-	}
-	if c.MaxVisit == 0 {
-		c.MaxVisit = 100_000
-	}
+	c.MaxFiles = cmp.Or(c.MaxFiles, 100)
+	c.MaxFileBytes = cmp.Or(c.MaxFileBytes, 64<<20)
+	c.MaxTotalBytes = cmp.Or(c.MaxTotalBytes, 256<<20)
+	c.MaxVisit = cmp.Or(c.MaxVisit, 100_000)
 	return c
 }
 

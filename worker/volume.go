@@ -64,9 +64,7 @@ var errLeaseLost = errors.New("worker: volume lease lost")
 // ambiguous).
 func VolumeName(s job.Spec) string {
 	t := s.Tenant
-	if t == "" {
-		t = job.DefaultTenant
-	}
+	t = cmp.Or(t, job.DefaultTenant)
 	return t + "." + s.Volume.Name
 }
 

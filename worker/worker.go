@@ -171,41 +171,29 @@ func (c Config) withDefaults() (Config, error) {
 	c.ID = cmp.Or(c.ID, DefaultID())
 	c.Caps.Volumes = c.Volumes != nil
 	c.Caps = c.Caps.WithDefaults()
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, 4)
 	c.Intakes = min(max(c.Intakes, 1), max(c.Concurrency, 1))
 	if c.VolumeQuotaInterval <= 0 {
 		c.VolumeQuotaInterval = time.Second
 	}
 	c.VolumeQuota = cmp.Or(c.VolumeQuota, QuotaKernel)
-	if c.MaxVolumesPerTenant == 0 {
-		c.MaxVolumesPerTenant = 64
-	}
+	c.MaxVolumesPerTenant = cmp.Or(c.MaxVolumesPerTenant, 64)
 	if c.MaxVolumesPerTenant < 0 {
 		return c, fmt.Errorf("%w: negative MaxVolumesPerTenant", ErrConfig)
 	}
-	if c.VolumeMaxBytes == 0 {
-		c.VolumeMaxBytes = 1 << 30
-	}
+	c.VolumeMaxBytes = cmp.Or(c.VolumeMaxBytes, 1<<30)
 	if (c.VolumeQuota != QuotaKernel && c.VolumeQuota != QuotaWalk) || c.VolumeMaxBytes < 1<<20 || c.VolumeMaxBytes > job.MaxVolumeBytes {
 		return c, fmt.Errorf("%w: volume quota %q (kernel or walk), volume max bytes %d (1 MiB to 1 TiB)", ErrConfig, c.VolumeQuota, c.VolumeMaxBytes)
 	}
-	if c.OutputRate == 0 {
-		c.OutputRate = 256 << 20
-	}
+	c.OutputRate = cmp.Or(c.OutputRate, 256<<20)
 	c.OutputRate = max(c.OutputRate, 0)
-	if c.KeptOutputKill == 0 {
-		c.KeptOutputKill = 4 << 30
-	}
+	c.KeptOutputKill = cmp.Or(c.KeptOutputKill, 4<<30)
 	c.Artifacts = c.Artifacts.withDefaults()
 	if len(c.Queues) == 0 {
 		c.Queues = job.QueueWeights(c.Caps.Queues)
 	}
 	c = c.timingDefaults()
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "paddock:"
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, "paddock:")
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
@@ -256,18 +244,12 @@ func (c Config) timingDefaults() Config {
 			c.DelayedTaskCheckInterval = 3 * time.Second
 		}
 	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.HeartbeatTTL == 0 {
-		c.HeartbeatTTL = 8 * time.Second
-	}
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
+	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, 8*time.Second)
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = min(time.Second, c.HeartbeatTTL/3)
 	}
-	if c.RescueInterval == 0 {
-		c.RescueInterval = 2 * time.Second
-	}
+	c.RescueInterval = cmp.Or(c.RescueInterval, 2*time.Second)
 	return c
 }
 

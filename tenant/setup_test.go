@@ -60,7 +60,6 @@ func startServer(t *testing.T, a *tenant.Authority, opts *server.Options, dir st
 	return &setup{auth: a, srv: s, url: s.ClientURL(), dir: dir}
 }
 
-
 // issue writes the creds of a new user into a file and returns its path
 // and public key.
 func (s *setup) issue(t *testing.T, role tenant.Role, tenantName string) (string, string) {

@@ -26,6 +26,7 @@ type drainer struct {
 	ctx    context.Context // canceled at the end of the grace
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
+	began  bool          // the drain has begun: start no new job
 	n      int           // handlers running
 	idle   chan struct{} // closed when n drops to 0, if someone waits
 }
@@ -35,13 +36,21 @@ func (d *drainer) reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ctx, d.cancel = context.WithCancelCause(context.Background())
-	d.timer = nil
+	d.timer, d.began = nil, false
+}
+
+// draining reports whether the drain has begun.
+func (d *drainer) draining() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.began
 }
 
 // begin starts the grace: after it, running handlers are cut.
 func (d *drainer) begin(grace time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.began = true
 	if d.cancel != nil && d.timer == nil {
 		cancel := d.cancel
 		d.timer = time.AfterFunc(grace, func() { cancel(errDraining) })
@@ -105,6 +114,21 @@ func (d *drainer) exit() {
 // sandbox runtime.
 func (w *Worker) drainable(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		if w.drain.draining() {
+			// asynq's processor dequeued this task as the drain began: do
+			// not start it. Hold it, as a cut job is held, until asynq's
+			// shutdown re-queues it (at grace + drainKillMargin), so that
+			// another worker runs it and no retry is counted.
+			id, _ := asynq.GetTaskID(ctx)
+			w.log.Info("draining: a task claimed as the drain began goes back to the queue", "task", id)
+			hold := time.NewTimer(w.cfg.ShutdownTimeout + drainKillMargin + 5*time.Second)
+			defer hold.Stop()
+			select {
+			case <-ctx.Done():
+			case <-hold.C:
+			}
+			return errDraining
+		}
 		dctx := w.drain.enter()
 		defer w.drain.exit()
 		hctx, cancel := context.WithCancelCause(ctx)

@@ -1,6 +1,7 @@
 package faulttest
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +28,11 @@ func TestDrainFinishesRunningJob(t *testing.T) {
 
 	w1.signal(syscall.SIGTERM)
 	t0 := time.Now()
-	// Submitted while w1 drains: it must not claim it.
+	// Submitted once w1 drains (its log says so: the signal is handled
+	// asynchronously, and before that its free slot may claim anything).
+	testsvc.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		return strings.Contains(w1.tail(50), "worker draining")
+	}, "w1 never said it drains:\n%s", w1.tail(20))
 	late := f.submit(job.Spec{Command: "echo late"})
 	code, ok := w1.wait(60 * time.Second)
 	require.True(t, ok, "the worker did not exit")

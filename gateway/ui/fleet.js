@@ -113,11 +113,13 @@ function reasonsChart(reasons) {
   return h('div', {}, svg, legend);
 }
 
-function poller(root, draw) {
+// poller fills root with draw(the answer of GET path) every 5 s, and
+// returns the function that stops it (the page's unmount).
+export function poller(root, path, draw) {
   let timer = 0, closed = false;
   async function tick() {
     try {
-      const f = await api('GET', '/v1/fleet');
+      const f = await api('GET', path);
       if (closed) return;
       fill(root, draw(f || {}));
       status('updated ' + fmtTime(new Date().toISOString()));
@@ -149,7 +151,7 @@ function throughput(reasons, w, ht) {
 const queueChart = {title: 'last hour', draw: (q) => (q.history ? spark(q.history) : null)};
 
 export function fleetPage(root) {
-  return poller(root, (f) => [
+  return poller(root, '/v1/fleet', (f) => [
     h('h1', {}, 'Fleet'),
     h('section', {}, h('h2', {}, 'Workers'), table(f.workers, 'workers'),
       f.capacity ? table([f.capacity], 'capacity') : null),
@@ -161,7 +163,7 @@ export function fleetPage(root) {
 }
 
 export function queuesPage(root) {
-  return poller(root, (f) => [
+  return poller(root, '/v1/fleet', (f) => [
     h('h1', {}, 'Queues'),
     h('p', {class: 'muted'}, 'Your jobs in each queue: queued and running now, ended and failed within the hour (another tenant\'s jobs are not counted).'),
     (f.queues || []).length ? (f.queues || []).map((q) => h('section', {class: 'queue', 'data-queue': q.name},

@@ -6,10 +6,8 @@
 // hosts: a tenant's login never reaches it (the API answers 403). The
 // page polls every 5 s.
 import {api} from './api.js';
-import {fill, fmtTime, h, status} from './dom.js';
-import {table} from './fleet.js';
-
-const POLL = 5000;
+import {fmtTime, h} from './dom.js';
+import {poller, table} from './fleet.js';
 
 function health(ok, text) {
   return h('span', {class: ok ? 'ok' : 'error'}, ok ? 'ok' : 'NOT OK', text ? ': ' + text : '');
@@ -54,22 +52,5 @@ function draw(f) {
 }
 
 export function operatorPage(root) {
-  let timer = 0, closed = false;
-  async function tick() {
-    try {
-      const f = await api('GET', '/v1/operator/fleet');
-      if (closed) return;
-      fill(root, draw(f || {}));
-      status('updated ' + fmtTime(new Date().toISOString()));
-    } catch (e) {
-      if (!closed) status('reading the fleet failed: ' + e.message, 'error');
-    }
-    if (!closed) timer = setTimeout(tick, POLL);
-  }
-  fill(root, h('p', {class: 'muted'}, 'loading…'));
-  tick();
-  return () => {
-    closed = true;
-    clearTimeout(timer);
-  };
+  return poller(root, '/v1/operator/fleet', draw);
 }

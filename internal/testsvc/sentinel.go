@@ -190,11 +190,9 @@ func (h *RedisHA) MasterAddr(ctx context.Context) (string, error) {
 		if s.cmd == nil {
 			continue
 		}
-		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
-		hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
-		sc.Close()
-		if err == nil && len(hp) == 2 {
-			return net.JoinHostPort(hp[0], hp[1]), nil
+		a, err := h.askMaster(ctx, s)
+		if err == nil {
+			return a, nil
 		}
 		last = err
 	}
@@ -267,6 +265,20 @@ func (h *RedisHA) WaitConverged(within time.Duration) string {
 	return addr
 }
 
+// askMaster is the master's address as Sentinel s gives it.
+func (h *RedisHA) askMaster(ctx context.Context, s *RedisNode) (string, error) {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
+	defer sc.Close()
+	hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
+	if err == nil && len(hp) != 2 {
+		err = fmt.Errorf("sentinel %s: master %s is %v", s.Addr(), h.Master, hp)
+	}
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
 // agreedMaster is the master every live Sentinel names, and whether they
 // all answered and agreed.
 func (h *RedisHA) agreedMaster(ctx context.Context) (string, bool) {
@@ -275,13 +287,10 @@ func (h *RedisHA) agreedMaster(ctx context.Context) (string, bool) {
 		if s.cmd == nil {
 			continue
 		}
-		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
-		hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
-		sc.Close()
-		if err != nil || len(hp) != 2 {
+		a, err := h.askMaster(ctx, s)
+		if err != nil {
 			return "", false
 		}
-		a := net.JoinHostPort(hp[0], hp[1])
 		if agreed != "" && a != agreed {
 			return "", false
 		}

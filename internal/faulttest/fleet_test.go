@@ -320,6 +320,17 @@ func (f *fleet) containers(owner string) []string {
 	return ids
 }
 
+// boxRunning reports whether owner's container id still runs; removed or
+// exited, it does not.
+func (f *fleet) boxRunning(owner, id string) bool {
+	for _, c := range f.containerStates(owner) {
+		if c.ID == id {
+			return c.State == container.StateRunning
+		}
+	}
+	return false
+}
+
 // containerStates lists the containers of owner, running or not, with
 // their state; an engine that cannot answer fails the test.
 func (f *fleet) containerStates(owner string) []container.Summary {

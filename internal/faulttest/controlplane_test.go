@@ -48,7 +48,8 @@ type cpRound struct {
 	QueuePending  int64  `json:"asynq_pending_at_end"`
 	QueueActive   int64  `json:"asynq_active_at_end"` // taken by a worker, not done
 
-	byCmd map[string]float64
+	byCmd    map[string]float64
+	families map[string]map[string]float64 // key family → command → per job (MONITOR)
 }
 
 // cpConfig is the scenario's knobs (PADDOCK_CP_* variables).
@@ -58,6 +59,9 @@ type cpConfig struct {
 	warmup, window         time.Duration
 	schedConc, workerConc  string
 	rawTasks               int // asynq_raw tasks per round; 0 skips asynq_raw
+	// monitor is the MONITOR window after each round's (redisFamilies);
+	// 0 skips it.
+	monitor time.Duration
 }
 
 func cpConfigFromEnv(t *testing.T) cpConfig {
@@ -74,7 +78,7 @@ func cpConfigFromEnv(t *testing.T) cpConfig {
 	return cpConfig{rounds: atoi("PADDOCK_CP_ROUNDS", "3"), variants: parseCPVariants(envOr("PADDOCK_CP_VARIANTS", "default:")), backlog: atoi("PADDOCK_CP_BACKLOG", "3000"),
 		chunk: atoi("PADDOCK_CP_CHUNK", "250"), warmup: dur("PADDOCK_CP_WARMUP", "3s"), window: dur("PADDOCK_CP_WINDOW", "10s"),
 		schedConc: envOr("PADDOCK_CP_SCHED_CONCURRENCY", "64"), workerConc: envOr("PADDOCK_CP_WORKER_CONCURRENCY", "128"),
-		rawTasks: atoi("PADDOCK_CP_RAW_TASKS", "5000")}
+		rawTasks: atoi("PADDOCK_CP_RAW_TASKS", "5000"), monitor: dur("PADDOCK_CP_MONITOR", "2s")}
 }
 
 // cpVariant is one worker configuration measured: a worker process of its
@@ -190,7 +194,7 @@ func TestControlPlane(t *testing.T) {
 	for k, v := range ratios {
 		res[k] = v
 	}
-	t.Log(controlPlaneTable(res, vs) + asynqRawTable(vs))
+	t.Log(controlPlaneTable(res, vs) + asynqRawTable(vs) + familyTable(median(vs[0].rounds).families))
 	if out != "" {
 		// asynq_raw.json goes beside control_plane.json.
 		for path, obj := range map[string]map[string]any{out: {"control_plane": res}, filepath.Join(filepath.Dir(out), "asynq_raw.json"): {"asynq_raw": raw}} {
@@ -373,10 +377,18 @@ func measureControlPlane(t *testing.T, f *fleet, cfg cpConfig, pids map[string]i
 	time.Sleep(cfg.window)
 	after := f.cpCounters(t, &counted, pids)
 	depth := f.cpDepth(t)
+	var families map[string]map[string]float64
+	if cfg.monitor > 0 { // after the window: MONITOR slows Redis
+		mctx, cancel := context.WithTimeout(context.Background(), cfg.monitor)
+		n0 := counted.Load()
+		lines := monitorRedis(mctx, t, f.rdb.Options())
+		cancel()
+		families = redisFamilies(lines, counted.Load()-n0)
+	}
 	stop()
 	all := <-ids
 	r := cpRoundOf(before, after)
-	r.Submitted = len(all)
+	r.Submitted, r.families = len(all), families
 	r.StreamPending, r.StreamAcking, r.QueuePending, r.QueueActive = depth.StreamPending, depth.StreamAcking, depth.QueuePending, depth.QueueActive
 
 	// Every submitted job ends, once, succeeded, through the no-op executor.
@@ -478,7 +490,7 @@ func controlPlaneResult(t *testing.T, vs []cpVariant, profiles map[string]string
 	return map[string]any{
 		"jobs_per_s": round1(med.JobsPerS),
 		"variant":    vs[0].Name, "rounds": vs[0].rounds, "variants": variants, "redis_cmds_per_job": round1(med.RedisCmds), "redis_round_trips_per_job": round1(med.RedisReads),
-		"redis_by_cmd_per_job": roundMap(med.byCmd), "nats_msgs_per_job": round1(med.NATSInMsgs),
+		"redis_by_cmd_per_job": roundMap(med.byCmd), "redis_by_key_per_job": med.families, "nats_msgs_per_job": round1(med.NATSInMsgs),
 		"nats_out_msgs_per_job": round1(med.NATSOutMsgs), "cpu_ms_per_job": med.CPUMSPerJob, "cpu_top": top, "cpu_top_flat": flat,
 		"profiles": profiles,
 		"note": "one scheduler and one worker process (no-op executor, no Docker) on the bench host, with the NATS " +

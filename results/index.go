@@ -37,10 +37,12 @@ import (
 //	P idx{idx}:t:<tenant>:u        zset tenant/id, score = last update (µs, Redis clock)
 //	P idx{idx}:all:u               the same for every tenant
 //	P idx{idx}:reasons:<n>         hash reason → count of jobs ended in 5-minute bucket n
+//	P trim{idx}:<tenant>           trim marker: set (1 s) when the tenant's sets were last trimmed
 //
-// Each write is one script (index.lua): it trims the sorted sets of what is
-// older than the retention and gives every key the retention, so the index
-// holds what the results hold. A terminal entry never changes again, and a
+// Each write is one script (index.lua) of about ten commands: it gives the
+// job's hash the retention, and at most once a second per tenant trims the
+// sorted sets of what is older than the retention and gives them the
+// retention and a second, so the index holds what the results hold. A terminal entry never changes again, and a
 // late "queued" never takes a running job back. The index is a view:
 // failing to write it is logged, never an error of the write path.
 
@@ -107,7 +109,7 @@ func (s *Store) indexArgs(w indexWrite) (keys []string, args []any) {
 		q = time.Now()
 	}
 	keys = []string{s.idxJobPrefix() + w.key, s.idxQueued(tenant), s.idxQueued(""), s.idxUpdated(tenant), s.idxUpdated(""),
-		s.idxReasons(time.Now().UnixMilli() / reasonBucket.Milliseconds())}
+		s.idxReasons(time.Now().UnixMilli() / reasonBucket.Milliseconds()), s.cfg.KeyPrefix + "trim{idx}:" + tenant}
 	args = []any{w.mode, w.key, s.cfg.Retention.Milliseconds(), q.UnixMilli(), len(w.state) / 2}
 	for _, v := range w.state {
 		args = append(args, v)

@@ -2,15 +2,18 @@ package results_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paddockhq/paddock/internal/testsvc"
 	"github.com/paddockhq/paddock/job"
 	"github.com/paddockhq/paddock/results"
 )
@@ -321,6 +324,36 @@ func TestIndexRetention(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, ttl > 0 && ttl <= 2*time.Hour, "%s has TTL %s", k, ttl)
 	}
+}
+
+// The sorted sets are trimmed at most once a second per tenant, not on
+// every write: an entry that ages past the retention leaves them at a
+// later write, and every set keeps a TTL throughout.
+func TestIndexTrimsLater(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	ret := 3 * time.Second
+	st := results.NewStore(s.rdb, s.js, results.StoreConfig{KeyPrefix: s.prefix, Retention: ret})
+	require.NoError(t, st.Queued(ctx, spec("dev", "ageing"), time.Now().Add(-ret+time.Second)))
+	queued := s.prefix + "idx{idx}:t:dev:q"
+	_, err := s.rdb.ZScore(ctx, queued, "dev/ageing").Result()
+	require.NoError(t, err, "an entry within the retention is indexed")
+	n := 0
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	trimmed := testsvc.Poll(pctx, 100*time.Millisecond, func() bool {
+		n++
+		require.NoError(t, st.Queued(ctx, spec("dev", fmt.Sprintf("w%d", n)), time.Now()))
+		for _, k := range []string{queued, s.prefix + "idx{idx}:all:q", s.prefix + "idx{idx}:t:dev:u", s.prefix + "idx{idx}:all:u"} {
+			ttl, err := s.rdb.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			require.True(t, ttl > 0 && ttl <= ret+time.Second, "%s has TTL %s", k, ttl)
+		}
+		_, err := s.rdb.ZScore(ctx, queued, "dev/ageing").Result()
+		return errors.Is(err, redis.Nil)
+	})
+	require.True(t, trimmed, "the aged entry was never trimmed from %s (%d writes)", queued, n)
 }
 
 // Reasons counts the jobs that ended, by reason, once each.

@@ -67,7 +67,12 @@ if new then
 end
 put("up", nowus)
 redis.call("HSET", KEYS[1], unpack(set))
-redis.call("PEXPIRE", KEYS[1], ret)
+if mode ~= "running" or new then
+  -- The queued write gave the entry the retention, and the final write
+  -- gives it again from the job's end; a start (under the job timeout
+  -- after its queue) needs none.
+  redis.call("PEXPIRE", KEYS[1], ret)
+end
 if mode == "final" and reason then
   if redis.call("HINCRBY", KEYS[6], reason, 1) == 1 then
     redis.call("PEXPIRE", KEYS[6], 7200000) -- the bucket's first count of this reason

@@ -293,7 +293,7 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&w.lockWait, "lock-wait", 30*time.Second, "how long a job waits for a busy volume before the queue retries it")
 	fs.StringVar(&w.runDir, "run-dir", "", "directory of the sandboxes' private control sockets; the Docker engine must see it at the same path (default $PADDOCK_RUN_DIR, else /run/paddock as root)")
 	fs.DurationVar(&w.watchdog, "watchdog", 5*time.Second, "a sandbox whose worker is silent this long kills its processes and exits")
-	fs.DurationVar(&w.heartbeatTTL, "heartbeat-ttl", 8*time.Second, "liveness key TTL: a dead worker's jobs run again elsewhere ~TTL+2 s after its last beat; a worker that cannot renew it for 2/3 of it kills its jobs (a Redis stall that long does too); at least --watchdog + 2 s")
+	fs.DurationVar(&w.heartbeatTTL, "heartbeat-ttl", 8*time.Second, "liveness key TTL: a dead worker's jobs run again elsewhere ~1.25×TTL+2 s after its last beat (a rescuer waits TTL/4 past the expiry); a worker that cannot renew it for 2/3 of it kills its jobs (a Redis stall that long does too); at least --watchdog + 2 s")
 	fs.DurationVar(&w.rescueInterval, "rescue-interval", 2*time.Second, "how often this worker looks for the running jobs of dead workers to run again (one Redis script per pass)")
 	fs.BoolVar(&w.liveOutput, "live-output", true, "publish every job's output live on paddock.output.<tenant>.<id> (paddock logs -f)")
 	fs.Int64Var(&w.liveRateKB, "live-rate-kb", 1024, "live output of one job, KiB per second; what a job prints faster is dropped with a marker")

@@ -30,6 +30,15 @@ var ErrHeartbeatTTL = fmt.Errorf("%w: heartbeat TTL below the sandbox watchdog +
 // elsewhere (docs/reliability.md).
 const WatchdogMargin = 2 * time.Second
 
+// RescueGrace is how long a worker's rescuer waits, once it finds another
+// worker dead, before running that worker's jobs elsewhere: a quarter of
+// the heartbeat TTL (2 s at the default 8 s). A worker cut off from Redis
+// kills its jobs at 2/3 of the TTL (Heartbeat's fence); the grace gives
+// their boxes that third plus a quarter to end before any re-run, where a
+// loaded host was measured taking more than the third alone
+// (faulttest's TestPartitionedWorkerFencesItself).
+func RescueGrace(ttl time.Duration) time.Duration { return ttl / 4 }
+
 // DefaultID is the worker id a Config without one gets: hostname-pid.
 func DefaultID() string {
 	h, _ := os.Hostname()

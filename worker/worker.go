@@ -318,7 +318,8 @@ func New(rdb redis.UniversalClient, rt *sandbox.Runtime, store Store, cfg Config
 	w.hb.Status = w.beatStatus
 	w.vfs, w.vfsErr = startVolumeFS(cfg)
 	w.rescue = asynqx.NewRescuer(rdb, asynqx.RescuerConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RescueInterval, Logger: cfg.Logger,
-		Wake: w.wakeRescued,
+		Grace: RescueGrace(cfg.HeartbeatTTL),
+		Wake:  w.wakeRescued,
 		OnRescue: func(string) {
 			w.m.RunRescued(context.Background())
 			_ = failwatch.NoteRescue(context.Background(), rdb, cfg.KeyPrefix) // the fleet view's count

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -123,6 +124,14 @@ type RescuerConfig struct {
 	// OnRetire is called with each original task taken out of asynq's
 	// active list (tests, metrics).
 	OnRetire func(taskID string)
+	// Grace is how long this rescuer must have seen a worker dead (its
+	// heartbeat key gone at every pass since the first that found it so)
+	// before it rescues the worker's runs. It is the time a worker cut off
+	// from Redis has, past its heartbeat's expiry, for its self-fence to end
+	// its boxes (the fence fires at 2/3 of the TTL; on a loaded host the
+	// boxes' end has been measured to take over the remaining third). 0
+	// rescues at the first pass that finds the worker dead.
+	Grace time.Duration
 }
 
 // Rescuer makes the jobs of dead workers run again within seconds, instead
@@ -150,6 +159,9 @@ type Rescuer struct {
 	log    *slog.Logger
 
 	svc startstop.Service
+
+	mu        sync.Mutex
+	deadSince map[string]time.Time // worker → when a pass first found it dead (Grace)
 }
 
 // NewRescuer returns a stopped rescuer over rdb, the Redis of asynq and of
@@ -190,9 +202,13 @@ func (r *Rescuer) Pass(ctx context.Context) ([]string, error) {
 	}
 	var done []string
 	var errs []error
+	dead := r.pastGrace(reply)
 	for i := 0; i+1 < len(reply); i += 2 {
 		w, _ := reply[i].(string)
 		entries, _ := reply[i+1].([]any)
+		if !dead[w] {
+			continue
+		}
 		for j := 0; j+1 < len(entries); j += 2 {
 			key, _ := entries[j].(string)
 			val, _ := entries[j+1].(string)
@@ -215,6 +231,34 @@ func (r *Rescuer) Pass(ctx context.Context) ([]string, error) {
 		}
 	}
 	return done, errors.Join(errs...)
+}
+
+// pastGrace notes when each dead worker of a scan reply was first found
+// dead, forgets the workers the scan no longer returns (alive again, or
+// nothing left to rescue), and returns those dead for Grace or more.
+func (r *Rescuer) pastGrace(reply []any) map[string]bool {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deadSince == nil {
+		r.deadSince = map[string]time.Time{}
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(reply); i += 2 {
+		w, _ := reply[i].(string)
+		first, ok := r.deadSince[w]
+		if !ok {
+			first = now
+			r.deadSince[w] = now
+		}
+		seen[w] = now.Sub(first) >= r.cfg.Grace
+	}
+	for w := range r.deadSince {
+		if _, ok := seen[w]; !ok {
+			delete(r.deadSince, w)
+		}
+	}
+	return seen
 }
 
 // retire runs rescue_retire.lua: the original tasks of rescued runs leave

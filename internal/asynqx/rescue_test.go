@@ -157,6 +157,38 @@ func TestRescuerStartStop(t *testing.T) {
 	assert.Empty(t, rescued, "a run was rescued twice")
 }
 
+// With a Grace, the pass that first finds a worker dead rescues nothing;
+// a pass once the grace has passed does. A worker that comes back in
+// between starts a new grace when it dies again.
+func TestRescueWaitsTheGrace(t *testing.T) {
+	s := newRescueSetup(t)
+	ctx := context.Background()
+	key := job.Key(job.DefaultTenant, testsvc.Unique("grace"))
+	_, err := s.cl.Enqueue(asynq.NewTask(job.TaskType, []byte("spec")),
+		asynq.TaskID(key), asynq.Queue(job.DefaultQueue), asynq.MaxRetry(3))
+	require.NoError(t, err)
+	w := testsvc.Unique("cut")
+	run, err := s.store.BeginRunAs(ctx, key, results.RunOwner{Worker: w, TaskID: key, Queue: job.DefaultQueue})
+	require.NoError(t, err)
+	const grace = 300 * time.Millisecond
+	r := asynqx.NewRescuer(s.rdb, asynqx.RescuerConfig{Logger: quiet, Grace: grace})
+	pass := func() []string {
+		got, err := r.Pass(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	require.Empty(t, pass(), "rescued at the first sight of a dead worker")
+	// The worker beats again (its key is back) and dies again: a new grace.
+	// sleep: the grace is the time under test.
+	time.Sleep(grace)
+	require.NoError(t, s.rdb.Set(ctx, "paddock:worker:"+w, "{}", time.Minute).Err())
+	require.Empty(t, pass(), "a live worker's run was rescued")
+	require.NoError(t, s.rdb.Del(ctx, "paddock:worker:"+w).Err())
+	require.Empty(t, pass(), "the grace did not start again when the worker came back")
+	time.Sleep(grace)
+	require.Equal(t, []string{asynqx.RescueID(key, run)}, pass(), "not rescued once the grace had passed")
+}
+
 // TestRescuedRunCannotRecord closes the residual window: a worker frozen
 // past its heartbeat's TTL after its own fence check still holds run 1's
 // token when it resumes. Once the rescuer moved the job to

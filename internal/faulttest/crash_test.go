@@ -111,7 +111,7 @@ func TestCrashRecovery(t *testing.T) {
 	out := map[string]any{"crash_recovery": map[string]any{
 		"rerun_after_s": round1(med), "max_s": round1(worst), "target": 20, "pass": worst <= 20 && overlaps == 0,
 		"samples": samples, "overlaps": overlaps, "kills": len(samples), "loadavg": string(load[:max(0, len(load)-1)]),
-		"note": "bounded by the heartbeat TTL (8 s after the last 1 s beat) plus the rescuer's 2 s pass and asynq's 100 ms poll; " +
+		"note": "bounded by the heartbeat TTL (8 s after the last 1 s beat), the rescue grace (TTL/4, 2 s) and the rescuer's 2 s pass; " +
 			"the killed worker's boxes end on socket EOF within ~1 s, so runs never overlap. A shorter --heartbeat-ttl moves it, at the cost of killing jobs on shorter Redis stalls.",
 	}}
 	t.Logf("\n| crash_recovery | median | max | target | overlaps |\n|---|---|---|---|---|\n| kill -9 → re-run start (%d kills) | %.1f s | %.1f s | ≤ 20 s | %d |",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,8 +156,20 @@ func testAPIJobEvents(t *testing.T, f *fleet) {
 		return map[string]any{"id": id, "command": "while [ ! -e /workspace/go ]; do sleep 0.1; done",
 			"volume": map[string]any{"name": vol}, "heal": map[string]any{"mode": "off"}}
 	}
+	// release opens a gated job's gate: "running" is indexed when the run
+	// begins, before the worker mounts the volume's filesystem over its
+	// directory, and a file written then is hidden under the mount, so the
+	// gate file is written every 200 ms until the test's job ended (a write
+	// before the directory exists fails, and is tried again).
+	var jobEnded atomic.Bool
 	release := func(vol string) {
-		require.NoError(t, os.WriteFile(filepath.Join(f.volumeDir("dev", vol), "go"), nil, 0o644))
+		gofile := filepath.Join(f.volumeDir("dev", vol), "go")
+		go func() {
+			for ctx.Err() == nil && !jobEnded.Load() {
+				_ = os.WriteFile(gofile, nil, 0o644)
+				time.Sleep(200 * time.Millisecond) // sleep: a retry interval, not a wait for an event
+			}
+		}()
 	}
 	dev.call(http.MethodPost, "/v1/jobs", gated(run+"-b1", run+"-b1"), http.StatusAccepted)
 	dev.call(http.MethodPost, "/v1/jobs", gated(run+"-b2", run+"-b2"), http.StatusAccepted)
@@ -196,6 +209,7 @@ func testAPIJobEvents(t *testing.T, f *fleet) {
 			break
 		}
 	}
+	jobEnded.Store(true)
 	assert.Equal(t, []job.State{job.StateQueued, job.StateRunning, job.StateSucceeded}, states)
 
 	// other's stream: its own job arrives, dev's never did.

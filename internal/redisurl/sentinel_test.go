@@ -89,3 +89,32 @@ func TestDiagnoseNamesTheProblem(t *testing.T) {
 	assert.ErrorIs(t, err, redisurl.ErrNoSentinel)
 	assert.Contains(t, err.Error(), "connect")
 }
+
+// Sentinels with a password of their own: the URL's sentinel_password
+// reaches them, and a URL without it is told what to add.
+func TestSentinelsWithTheirOwnPassword(t *testing.T) {
+	ha := testsvc.StartRedisHA(t, testsvc.RedisHAConfig{Auth: true, SentinelAuth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := redisurl.Parse("--redis-url", ha.URL())
+	require.NoError(t, err)
+	require.NoError(t, u.Diagnose(ctx))
+	rdb := u.NewClient()
+	defer rdb.Close()
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	got, err := rdb.Get(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+
+	bare, _, _ := strings.Cut(ha.URL(), "?")
+	u, err = redisurl.Parse("--redis-url", bare)
+	require.NoError(t, err)
+	err = u.Diagnose(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, redisurl.ErrSentinelAuth)
+	assert.Contains(t, err.Error(), "?sentinel_password=")
+	assert.NotContains(t, err.Error(), ha.SentinelPassword)
+	nopw := u.NewClient()
+	defer nopw.Close()
+	assert.Error(t, nopw.Set(ctx, "k", "w", 0).Err(), "a client without the Sentinels' password reached the master")
+}

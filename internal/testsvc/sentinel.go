@@ -22,15 +22,17 @@ import (
 // on random loopback ports, each a redis-server child with its own
 // directory. With auth on, the data nodes allow only one ACL user with
 // every permission (Paddock's layout: internal/devstack), which the
-// replica and the Sentinels use too; the Sentinels themselves take no
-// password. Failover is tuned for tests: a node is down after 1 s without
+// replica and the Sentinels use too. With SentinelAuth the Sentinels also
+// require a password of their own (requirepass, and sentinel-pass among
+// themselves), which the URL carries as sentinel_password. Failover is tuned for tests: a node is down after 1 s without
 // an answer, so Sentinel promotes the replica 2-5 s after the primary dies.
 type RedisHA struct {
-	Master         string // the master name the Sentinels monitor
-	User, Password string // empty without auth
-	Nodes          []*RedisNode
-	Sentinels      []*RedisNode
-	tb             testing.TB
+	Master           string // the master name the Sentinels monitor
+	User, Password   string // empty without auth
+	SentinelPassword string // the Sentinels' own; empty without SentinelAuth
+	Nodes            []*RedisNode
+	Sentinels        []*RedisNode
+	tb               testing.TB
 }
 
 // RedisNode is one redis-server process (a data node or a Sentinel).
@@ -44,9 +46,10 @@ type RedisNode struct {
 // Addr is the node's host:port.
 func (n *RedisNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port)) }
 
-// RedisHAConfig: Auth turns Paddock's ACL user on.
+// RedisHAConfig: Auth turns Paddock's ACL user on; SentinelAuth makes the
+// Sentinels require a password of their own.
 type RedisHAConfig struct {
-	Auth bool
+	Auth, SentinelAuth bool
 }
 
 // StartRedisHA starts the set and waits until every Sentinel knows the
@@ -61,6 +64,11 @@ func StartRedisHA(tb testing.TB, cfg RedisHAConfig) *RedisHA {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		h.User, h.Password = "paddock", hex.EncodeToString(b)
+	}
+	if cfg.SentinelAuth {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		h.SentinelPassword = hex.EncodeToString(b)
 	}
 	primary := h.node(nil)
 	replica := h.node([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)})
@@ -118,6 +126,9 @@ func (h *RedisHA) sentinel(primary int) *RedisNode {
 	if h.Password != "" {
 		conf = append(conf, "sentinel auth-user "+h.Master+" "+h.User, "sentinel auth-pass "+h.Master+" "+h.Password)
 	}
+	if h.SentinelPassword != "" {
+		conf = append(conf, "requirepass "+h.SentinelPassword, "sentinel sentinel-pass "+h.SentinelPassword)
+	}
 	path := filepath.Join(s.dir, "sentinel.conf") // Sentinel rewrites it
 	if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 		h.tb.Fatal(err)
@@ -173,7 +184,16 @@ func (h *RedisHA) URL() string {
 	if h.Password != "" {
 		auth = h.User + ":" + h.Password + "@"
 	}
-	return "redis+sentinel://" + auth + strings.Join(addrs, ",") + "/" + h.Master
+	u := "redis+sentinel://" + auth + strings.Join(addrs, ",") + "/" + h.Master
+	if h.SentinelPassword != "" {
+		u += "?sentinel_password=" + h.SentinelPassword
+	}
+	return u
+}
+
+// sentinelClient is a client of Sentinel s; the caller closes it.
+func (h *RedisHA) sentinelClient(s *RedisNode) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), Password: h.SentinelPassword, DialTimeout: time.Second, MaxRetries: -1})
 }
 
 // NodeClient is a plain client of data node n; the caller closes it.
@@ -267,7 +287,7 @@ func (h *RedisHA) WaitConverged(within time.Duration) string {
 
 // askMaster is the master's address as Sentinel s gives it.
 func (h *RedisHA) askMaster(ctx context.Context, s *RedisNode) (string, error) {
-	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
+	sc := h.sentinelClient(s)
 	defer sc.Close()
 	hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
 	if err == nil && len(hp) != 2 {
@@ -337,7 +357,7 @@ func (h *RedisHA) waitReady(primary string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		for _, s := range h.Sentinels {
-			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, MaxRetries: -1})
+			sc := h.sentinelClient(s)
 			hp, err := sc.GetMasterAddrByName(ctx, h.Master).Result()
 			reps, rerr := sc.Replicas(ctx, h.Master).Result()
 			sc.Close()

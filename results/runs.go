@@ -54,8 +54,11 @@ func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, er
 	}
 	var begin, idx *redis.Cmd
 	iw := s.runningWrite(key) // index.go: the job is running, in the same round trip
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		// EVAL, not EVALSHA: inside MULTI a NOSCRIPT cannot fall back.
+	// A plain pipeline, not MULTI: the index is a view whose script orders
+	// its own writes (a terminal entry never changes), so nothing needs the
+	// two to be one transaction, and MULTI/EXEC would be two commands more.
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// EVAL, not EVALSHA: a NOSCRIPT here would need a second round trip.
 		begin = beginRunScript.Eval(ctx, p, keys, o.TaskID, key, s.cfg.Retention.Milliseconds(), o.Queue)
 		idx = s.indexInPipe(ctx, p, iw)
 		return nil

@@ -295,10 +295,12 @@ func TestMCPToolErrors(t *testing.T) {
 	assert.Regexp(t, `^rejected · job \S+\n`, text)
 	assert.Contains(t, text, `image: "nope:latest" is not allowed`)
 
-	text, isErr = call(t, cs, map[string]any{"command": "echo started; sleep 30", "timeout_s": 1})
+	// 5 s, not 1: the job timeout counts the box's start too, and on a
+	// loaded host 1 s has passed before the echo ran.
+	text, isErr = call(t, cs, map[string]any{"command": "echo started; sleep 30", "timeout_s": 5})
 	assert.True(t, isErr)
 	assert.Regexp(t, `^exit -?\d+ · timeout · `, text)
-	assert.Contains(t, text, "killed at the timeout (1s)")
+	assert.Contains(t, text, "killed at the timeout (5s)")
 	assert.Contains(t, text, "\nstarted\n")
 
 	text, isErr = call(t, cs, map[string]any{"command": "echo out; echo err >&2; exit 3"})

@@ -121,12 +121,7 @@ func (w *Worker) drainable(next asynq.Handler) asynq.Handler {
 			// another worker runs it and no retry is counted.
 			id, _ := asynq.GetTaskID(ctx)
 			w.log.Info("draining: a task claimed as the drain began goes back to the queue", "task", id)
-			hold := time.NewTimer(w.cfg.ShutdownTimeout + drainKillMargin + 5*time.Second)
-			defer hold.Stop()
-			select {
-			case <-ctx.Done():
-			case <-hold.C:
-			}
+			holdUntilRequeued(ctx, w.cfg.ShutdownTimeout+drainKillMargin)
 			return errDraining
 		}
 		dctx := w.drain.enter()
@@ -140,13 +135,19 @@ func (w *Worker) drainable(next asynq.Handler) asynq.Handler {
 			// The container is gone: hold the task until asynq's shutdown
 			// re-queues it (it does so at grace + drainKillMargin and then
 			// ends ctx); returning now would count a retry instead.
-			hold := time.NewTimer(drainKillMargin + 5*time.Second)
-			defer hold.Stop()
-			select {
-			case <-ctx.Done():
-			case <-hold.C:
-			}
+			holdUntilRequeued(ctx, drainKillMargin)
 		}
 		return err
 	})
+}
+
+// holdUntilRequeued returns when asynq's shutdown ends ctx (it re-queues
+// the task first), or 5 s after the shutdown should have come, in within.
+func holdUntilRequeued(ctx context.Context, within time.Duration) {
+	hold := time.NewTimer(within + 5*time.Second)
+	defer hold.Stop()
+	select {
+	case <-ctx.Done():
+	case <-hold.C:
+	}
 }

@@ -175,13 +175,7 @@ func familyTable(fams map[string]map[string]float64) string {
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b row) int {
-		if a.total != b.total {
-			if a.total > b.total {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.fam, b.fam)
+		return cmp.Or(cmp.Compare(b.total, a.total), strings.Compare(a.fam, b.fam))
 	})
 	var b strings.Builder
 	b.WriteString("Redis commands per job by key family (MONITOR window):\n")

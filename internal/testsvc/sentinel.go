@@ -24,8 +24,9 @@ import (
 // every permission (Paddock's layout: internal/devstack), which the
 // replica and the Sentinels use too. With SentinelAuth the Sentinels also
 // require a password of their own (requirepass, and sentinel-pass among
-// themselves), which the URL carries as sentinel_password. Failover is tuned for tests: a node is down after 1 s without
-// an answer, so Sentinel promotes the replica 2-5 s after the primary dies.
+// themselves), which the URL carries as sentinel_password. Failover is
+// tuned for tests: a node is down after 1 s without an answer, so Sentinel
+// promotes the replica 2-5 s after the primary dies.
 type RedisHA struct {
 	Master           string // the master name the Sentinels monitor
 	User, Password   string // empty without auth
@@ -61,14 +62,10 @@ func StartRedisHA(tb testing.TB, cfg RedisHAConfig) *RedisHA {
 	}
 	h := &RedisHA{Master: Unique("m"), tb: tb}
 	if cfg.Auth {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		h.User, h.Password = "paddock", hex.EncodeToString(b)
+		h.User, h.Password = "paddock", secret()
 	}
 	if cfg.SentinelAuth {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		h.SentinelPassword = hex.EncodeToString(b)
+		h.SentinelPassword = secret()
 	}
 	primary := h.node(nil)
 	replica := h.node([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)})
@@ -189,6 +186,13 @@ func (h *RedisHA) URL() string {
 		u += "?sentinel_password=" + h.SentinelPassword
 	}
 	return u
+}
+
+// secret is a random password: 32 hex digits.
+func secret() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // sentinelClient is a client of Sentinel s; the caller closes it.

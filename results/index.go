@@ -40,9 +40,11 @@ import (
 //	P trim{idx}:<tenant>           trim marker: set (1 s) when the tenant's sets were last trimmed
 //
 // Each write is one script (index.lua) of about ten commands: it gives the
-// job's hash the retention, and at most once a second per tenant trims the
-// sorted sets of what is older than the retention and gives them the
-// retention and a second, so the index holds what the results hold. A
+// job's hash the retention, and a final write, at most once a second per
+// tenant, trims the sorted sets of what is older than the retention and
+// gives them the retention and a second, so the index holds what the
+// results hold (a set a queued write created has its TTL once the job
+// ended). A
 // terminal entry never changes again, and a late "queued" never takes a
 // running job back. The index is a view:
 // failing to write it is logged, never an error of the write path.

@@ -14,10 +14,13 @@
 -- It runs on every job's queue, start and end, so it costs few commands:
 -- one HMGET reads what the write depends on, one HSET writes every field,
 -- the by-queued zsets are written only for a new entry, and the zsets are
--- trimmed and given their TTL at most once a second per tenant (the trim
--- marker), with a TTL a second past the retention so that they outlive
--- every entry written before the next trim. (A by-update set is never
--- emptied by a trim: the write that trims has just added to it.)
+-- trimmed and given their TTL by a final write, at most once a second per
+-- tenant (the trim marker), with a TTL a second past the retention so that
+-- they outlive every entry written before the next trim. Every entry ends
+-- in a final write, so a by-update set a queued or running write created
+-- gets its TTL by then: from that write's trim, or from the trim that set
+-- the marker after it. (A by-update set is never emptied by a trim: the
+-- write that trims has just added to it.)
 local mode, member = ARGV[1], ARGV[2]
 local ret = tonumber(ARGV[3])
 local terminal = {succeeded = true, failed = true, rejected = true, canceled = true, infra = true}
@@ -89,7 +92,7 @@ if new and tonumber(q) >= nowms - ret then
 end
 redis.call("ZADD", KEYS[4], nowus, member)
 redis.call("ZADD", KEYS[5], nowus, member)
-if redis.call("SET", KEYS[7], "1", "NX", "PX", math.max(1, math.min(1000, math.floor(ret / 2)))) then
+if mode == "final" and redis.call("SET", KEYS[7], "1", "NX", "PX", math.max(1, math.min(1000, math.floor(ret / 2)))) then
   local cutms = string.format("%d", nowms - ret)
   local cutus = string.format("%d", (nowms - ret) * 1000)
   for k = 2, 5 do

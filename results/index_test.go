@@ -303,8 +303,8 @@ func TestChanges(t *testing.T) {
 	assert.Len(t, ch, 4, "every tenant's")
 }
 
-// Entries older than the retention are trimmed, and every index key
-// expires within the retention.
+// Entries older than the retention are trimmed, and once the jobs ended
+// every index key expires within the retention.
 func TestIndexRetention(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
@@ -316,6 +316,14 @@ func TestIndexRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	assert.Equal(t, "new", page.Jobs[0].ID)
+	// The jobs end: a final write gives the sets their TTL (a queued write
+	// leaves that to it).
+	for _, id := range []string{"old", "new"} {
+		r := job.Result{ID: id, Tenant: "dev"}
+		r.Finish(job.ReasonOK)
+		_, _, err := st.Record(ctx, r)
+		require.NoError(t, err)
+	}
 	keys, err := s.rdb.Keys(ctx, s.prefix+"idx*").Result()
 	require.NoError(t, err)
 	require.NotEmpty(t, keys)
@@ -328,7 +336,7 @@ func TestIndexRetention(t *testing.T) {
 
 // The sorted sets are trimmed at most once a second per tenant, not on
 // every write: an entry that ages past the retention leaves them at a
-// later write, and every set keeps a TTL throughout.
+// later final write, and every set keeps a TTL throughout.
 func TestIndexTrimsLater(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
@@ -344,13 +352,17 @@ func TestIndexTrimsLater(t *testing.T) {
 	defer cancel()
 	trimmed := testsvc.Poll(pctx, 100*time.Millisecond, func() bool {
 		n++
-		require.NoError(t, st.Queued(ctx, spec("dev", fmt.Sprintf("w%d", n)), time.Now()))
+		// Final writes trim (a queued or running write never does).
+		r := job.Result{ID: fmt.Sprintf("w%d", n), Tenant: "dev"}
+		r.Finish(job.ReasonOK)
+		_, _, err := st.Record(ctx, r)
+		require.NoError(t, err)
 		for _, k := range []string{queued, s.prefix + "idx{idx}:all:q", s.prefix + "idx{idx}:t:dev:u", s.prefix + "idx{idx}:all:u"} {
 			ttl, err := s.rdb.PTTL(ctx, k).Result()
 			require.NoError(t, err)
 			require.True(t, ttl > 0 && ttl <= ret+time.Second, "%s has TTL %s", k, ttl)
 		}
-		_, err := s.rdb.ZScore(ctx, queued, "dev/ageing").Result()
+		_, err = s.rdb.ZScore(ctx, queued, "dev/ageing").Result()
 		return errors.Is(err, redis.Nil)
 	})
 	require.True(t, trimmed, "the aged entry was never trimmed from %s (%d writes)", queued, n)

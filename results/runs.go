@@ -59,7 +59,7 @@ func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, er
 	// two to be one transaction, and MULTI/EXEC would be two commands more.
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// EVAL, not EVALSHA: a NOSCRIPT here would need a second round trip.
-		begin = beginRunScript.Eval(ctx, p, keys, o.TaskID, key, s.cfg.Retention.Milliseconds(), o.Queue)
+		begin = beginRunScript.Eval(ctx, p, keys, o.TaskID, key, s.cfg.Retention.Milliseconds(), o.Queue, s.activeRefresh(o.Worker))
 		idx = s.indexInPipe(ctx, p, iw)
 		return nil
 	})
@@ -75,6 +75,22 @@ func (s *Store) BeginRunAs(ctx context.Context, key string, o RunOwner) (int, er
 	}
 	s.settleIndex(ctx, idx, iw)
 	return n, nil
+}
+
+// activeRefresh is "1" when worker's active keys are due a TTL refresh
+// (its first run through this Store, then every quarter of the
+// retention), else "0": a worker whose hash never empties would otherwise
+// keep the TTL its first run gave.
+func (s *Store) activeRefresh(worker string) string {
+	if worker == "" {
+		return "0"
+	}
+	now := time.Now()
+	if last, ok := s.activeTTL.Load(worker); ok && now.Sub(last.(time.Time)) < s.cfg.Retention/4 {
+		return "0"
+	}
+	s.activeTTL.Store(worker, now)
+	return "1"
 }
 
 // EndRun removes run (as BeginRunAs numbered it) of key from worker's

@@ -104,3 +104,32 @@ func TestRecordRunIsFencedByTheRunToken(t *testing.T) {
 		assert.True(t, first, "case %d", i)
 	}
 }
+
+// TestBeginRunRejoinsTheActiveSet: a rescuer's scan drops a worker whose
+// active hash is empty from <prefix>active (the hash itself is gone); the
+// worker's next run puts it back and gives both keys a TTL, so a rescuer
+// finds every noted run. A run beside another one leaves them as they are.
+func TestBeginRunRejoinsTheActiveSet(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	owner := results.RunOwner{Worker: "w1", Queue: "q"}
+	a, b, c := job.Key("", "rj-a"), job.Key("", "rj-b"), job.Key("", "rj-c")
+	_, err := s.store.BeginRunAs(ctx, a, owner)
+	require.NoError(t, err)
+	require.NoError(t, s.store.EndRun(ctx, "w1", a, 0))
+	require.Zero(t, s.rdb.Exists(ctx, s.prefix+"active:w1").Val(), "the emptied hash is gone")
+	require.NoError(t, s.rdb.SRem(ctx, s.prefix+"active", "w1").Err()) // as rescue_scan.lua does
+
+	_, err = s.store.BeginRunAs(ctx, b, owner)
+	require.NoError(t, err)
+	assert.True(t, s.rdb.SIsMember(ctx, s.prefix+"active", "w1").Val(), "the worker's run is noted where no rescuer looks")
+	for _, k := range []string{s.prefix + "active:w1", s.prefix + "active"} {
+		ttl, err := s.rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "%s has no TTL", k)
+	}
+	_, err = s.store.BeginRunAs(ctx, c, owner)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), s.rdb.HLen(ctx, s.prefix+"active:w1").Val())
+}

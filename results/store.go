@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,6 +78,9 @@ type Store struct {
 	js  jetstream.JetStream
 	cfg StoreConfig
 	log *slog.Logger
+	// activeTTL: worker → when BeginRunAs last refreshed the TTLs of its
+	// active keys (runs.go).
+	activeTTL sync.Map
 }
 
 //go:embed setnx.lua

@@ -45,8 +45,8 @@ func (b *benchFlags) check() error {
 }
 
 // checkWorkerStart is checkStart for a worker, with its bench flags.
-func checkWorkerStart(g *globals, cf *capsFlags, wf *workerFlags) error {
-	return errors.Join(wf.bench.check(), checkStart(g, cf, wf))
+func checkWorkerStart(g *globals, cf *capsFlags, sf *schedFlags, wf *workerFlags) error {
+	return errors.Join(wf.bench.check(), checkStart(g, cf, sf, wf))
 }
 
 // startProfile starts the CPU profile --cpu-profile asks for; stop ends it

@@ -52,6 +52,24 @@ func (s *schedFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&s.slots, "slots", "auto", "jobs this scheduler keeps in the queue or running over all tenants; waiting tenants take freed slots in turn (fair share). auto: the fleet's job slots (the workers' concurrency) shared among the schedulers, every 10 s; or a number; 0: no bound, one FIFO queue")
 }
 
+// check refuses a retention shorter than what it protects. Every key of a
+// job (its run counter and fence, its task, its result) has this
+// retention, so it must outlast the job's every try at the longest job
+// timeout (maxJobTimeout, the --max-job-timeout cap); and a duplicate id
+// dropped within --dedupe-window must still find its result.
+func (s *schedFlags) check(maxJobTimeout time.Duration) error {
+	life := time.Duration(max(s.maxRetry, 0)+1) * maxJobTimeout
+	switch {
+	case s.resultRetention < life:
+		return fmt.Errorf("--result-retention %s is shorter than a job can live (--max-retry %d + 1 tries × --max-job-timeout %s = %s): "+
+			"a job's run count and fence would expire while it runs; raise --result-retention or lower the others", s.resultRetention, s.maxRetry, maxJobTimeout, life)
+	case s.resultRetention < s.dedupeWindow:
+		return fmt.Errorf("--result-retention %s is shorter than --dedupe-window %s: a resubmission the window drops would find no result; "+
+			"raise --result-retention or lower --dedupe-window", s.resultRetention, s.dedupeWindow)
+	}
+	return nil
+}
+
 // streams is the size of the JetStream streams the flags ask for, with
 // replicas (--replicas; 0: new streams get 1, existing ones keep theirs).
 func (s *schedFlags) streams(replicas int) results.StreamConfig {
@@ -166,7 +184,7 @@ func schedulerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "scheduler",
 		Short:   "Validate submissions from JetStream and enqueue them in Redis (run any number)",
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, nil) },
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &cf, &sf, nil) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			stopProfile, err := bf.startProfile() // bench.go
@@ -224,7 +242,7 @@ func workerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "worker",
 		Short:   "Run jobs from the queue in fresh sandbox containers (run any number, on any host)",
-		PreRunE: func(*cobra.Command, []string) error { return checkWorkerStart(g, &cf, &wf) },
+		PreRunE: func(*cobra.Command, []string) error { return checkWorkerStart(g, &cf, &sf, &wf) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			stopProfile, err := wf.bench.startProfile() // bench.go
@@ -304,7 +322,7 @@ scheduler, a worker and the gateway (HTTP API and MCP on --gateway-addr, the dev
 tenant's bearer token in <data-dir>/auth/dev.token) until interrupted, and shuts
 down in order: stop the gateway and intake, drain running jobs, stop the
 services it started.`,
-		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.wf) },
+		PreRunE: func(*cobra.Command, []string) error { return checkStart(g, &f.cf, &f.sf, &f.wf) },
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, &f) },
 	}
 	f.sf.register(cmd)

@@ -208,10 +208,10 @@ func (c *capsFlags) validate() error {
 }
 
 // checkStart validates a service's flags before it connects to anything:
-// the caps, the service URLs and, for a worker (wf), the heal flags and
-// the heartbeat TTL against the watchdog.
-func checkStart(g *globals, cf *capsFlags, wf *workerFlags) error {
-	errs := []error{cf.validate(), checkNATSURL(g.natsURL)}
+// the caps, the retention, the service URLs and, for a worker (wf), the
+// heal flags and the heartbeat TTL against the watchdog.
+func checkStart(g *globals, cf *capsFlags, sf *schedFlags, wf *workerFlags) error {
+	errs := []error{cf.validate(), sf.check(cf.maxJobTimeout), checkNATSURL(g.natsURL)}
 	if _, err := parseRedisURL(g.redisURL); err != nil {
 		errs = append(errs, err)
 	}

@@ -138,6 +138,10 @@ func TestBadCapsFlagsStopTheProcess(t *testing.T) {
 			[]string{`--images: image "a b" must be non-empty without spaces`}},
 		{"bad queue", []string{"up", "--queues", "Fast"},
 			[]string{`--queues: queue "Fast" must match`}},
+		{"retention shorter than a job's tries", []string{"scheduler", "--result-retention", "2h"},
+			[]string{"--result-retention 2h0m0s is shorter than a job can live (--max-retry 3 + 1 tries × --max-job-timeout 1h0m0s = 4h0m0s)"}},
+		{"retention shorter than the dedupe window", []string{"worker", "--result-retention", "1h", "--max-job-timeout", "10m", "--dedupe-window", "2h"},
+			[]string{"--result-retention 1h0m0s is shorter than --dedupe-window 2h0m0s"}},
 		{"every problem at once", []string{"scheduler", "--max-pids", "1", "--max-memory-mb", "1", "--env-allow", "1X"},
 			[]string{"--max-pids: 1 is out of range", "--max-memory-mb: 1 is out of range", `--env-allow: env allowlist entry "1X"`}},
 	}

@@ -11,11 +11,9 @@ if cur ~= ARGV[1] then
   return -1
 end
 local n = redis.call('INCR', KEYS[1])
-if n == 1 then
-  -- The retention from the first start: a job's runs all fall within its
-  -- timeout and retries, a small part of the retention.
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-end
+-- Every start renews the retention: a job re-run long after its first
+-- start (a rescue, an operator's replay) keeps its count to the end.
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if KEYS[3] ~= KEYS[1] then
   redis.call('HSET', KEYS[3], ARGV[2], n .. '|' .. ARGV[1] .. '|' .. ARGV[4])
   -- The worker joins the set (and both get the retention) when its hash

@@ -196,7 +196,7 @@ func TestSubmitFollow(t *testing.T) {
 	s.chunk("fol-1", "", 0, string(job.ReasonExitNonzero), 0)
 	exit := 2
 	s.finish(job.Result{ID: "fol-1", Reason: job.ReasonExitNonzero, State: job.StateFailed, ExitCode: &exit,
-		Kept: &job.Kept{Stdout: job.Object{Name: job.StdoutObject("fol-1"), Bytes: 14}}})
+		Kept: &job.Kept{Stdout: job.Object{Name: job.StdoutObject("fol-1", 1), Bytes: 14}}})
 	o := <-done
 	assert.Equal(t, exitJobs, o.code)
 	assert.Equal(t, "building\ndone\n", o.out, "stdout is the job's stdout, nothing else")
@@ -242,7 +242,7 @@ func TestLogs(t *testing.T) {
 	require.Equal(t, exitOK, r.code)
 	assert.Equal(t, "one\nthree\n", r.out)
 
-	kept := s.put(job.OutBucket(job.DefaultTenant), job.StdoutObject("lg-kept"), []byte("all of it\n"))
+	kept := s.put(job.OutBucket(job.DefaultTenant), job.StdoutObject("lg-kept", 1), []byte("all of it\n"))
 	s.finish(job.Result{ID: "lg-kept", Kept: &job.Kept{Stdout: kept}})
 	code, out, errOut = s.cli("logs", "-f", "lg-kept")
 	require.Equal(t, exitOK, code)
@@ -265,7 +265,7 @@ func TestLogs(t *testing.T) {
 func TestOutputCommand(t *testing.T) {
 	s := startIOStack(t)
 	data := []byte("no newline at the end \x00\xff")
-	s.put(job.OutBucket(job.DefaultTenant), job.StderrObject("out-1"), data)
+	s.put(job.OutBucket(job.DefaultTenant), job.StderrObject("out-1", 1), data)
 	s.finish(job.Result{ID: "out-1"})
 	code, out, _ := s.cli("output", "out-1", "--stderr")
 	require.Equal(t, exitOK, code)
@@ -298,9 +298,9 @@ func TestPutAndArtifactsCommands(t *testing.T) {
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errOut, "give --ref")
 
-	a := s.put(job.OutBucket(job.DefaultTenant), job.ArtifactObject("art-1", "out/report.txt"), []byte("report"))
+	a := s.put(job.OutBucket(job.DefaultTenant), job.ArtifactObject("art-1", 1, "out/report.txt"), []byte("report"))
 	a.Path = "out/report.txt"
-	s.put(job.OutBucket(job.DefaultTenant), job.ArtifactObject("art-1", "hidden"), []byte("not listed"))
+	s.put(job.OutBucket(job.DefaultTenant), job.ArtifactObject("art-1", 1, "hidden"), []byte("not listed"))
 	s.finish(job.Result{ID: "art-1", Artifacts: []job.Object{a}, Refused: []job.Refusal{{Path: "core", Reason: "over the cap"}}})
 	code, out, _ = s.cli("artifacts", "art-1")
 	require.Equal(t, exitOK, code)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"iter"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -411,51 +412,56 @@ func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.Obje
 // Output returns the kept stdout or stderr (stream "stdout" or "stderr")
 // of the tenant's job id, from the tenant's output bucket: the complete
 // output of a job that asked to keep it (Spec.Output.Keep, or the
-// operator's default). The reader streams the object (it is never held in
-// memory whole) and fails at its end if the bytes do not match the
-// object's digest; Close it. ctx bounds the whole read; without a deadline
-// the read has none (the look-up before it takes PublishTimeout). An object
-// that is not there is a *NotKeptError (errors.Is ErrNotKept) saying why,
-// from the job's result.
+// operator's default). The object is the one the job's result names (each
+// run writes its own: job.StdoutObject), so a stale run's upload is never
+// served; without a result in NATS (not finished, or pushed out of a full
+// results stream) it is run 1's. The reader streams the object (it is
+// never held in memory whole) and fails at its end if the bytes do not
+// match the object's digest, and the size and sha256 the result names;
+// Close it. ctx bounds the whole read; without a deadline the read has
+// none (the look-ups before it take PublishTimeout). An object that is
+// not there is a *NotKeptError (errors.Is ErrNotKept) saying why, from the
+// job's result.
 func (c *Client) Output(ctx context.Context, id, stream string) (io.ReadCloser, error) {
 	if err := job.CheckID(id); err != nil {
 		return nil, err
 	}
-	var name string
-	switch stream {
-	case "stdout":
-		name = job.StdoutObject(id)
-	case "stderr":
-		name = job.StderrObject(id)
-	default:
+	if stream != "stdout" && stream != "stderr" {
 		return nil, fmt.Errorf("%w: output stream %q: want stdout or stderr", ErrConfig, stream)
 	}
-	bucket := job.OutBucket(c.tenant)
 	lctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	r, finished, err := c.lookup(lctx, id)
+	var noStream *NoStreamError
+	if err != nil && !errors.As(err, &noStream) {
+		return nil, fmt.Errorf("client: output %s of %s: %w", stream, id, err)
+	}
+	name, want := job.StdoutObject(id, 1), (*job.Object)(nil)
+	if stream == "stderr" {
+		name = job.StderrObject(id, 1)
+	}
+	kept := keptObject(r, finished, stream)
+	if strings.HasPrefix(kept.Name, id+"/") {
+		name, want = kept.Name, &kept
+	}
+	bucket := job.OutBucket(c.tenant)
 	if ok, err := c.objectInfo(lctx, bucket, name); err != nil {
 		return nil, fmt.Errorf("client: output %s of %s: %w", stream, id, err)
 	} else if !ok {
-		return nil, c.notKept(lctx, id, stream)
+		return nil, &NotKeptError{ID: id, What: stream, Finished: finished, Note: kept.Note, Expired: kept.Name != ""}
 	}
-	return c.download(ctx, bucket, name, nil)
+	return c.download(ctx, bucket, name, want)
 }
 
-// notKept explains a missing kept output from the job's result.
-func (c *Client) notKept(ctx context.Context, id, stream string) error {
-	r, ok, err := c.lookup(ctx, id)
-	if err != nil {
-		return err
+// keptObject is what result r (when finished) says of its kept stream.
+func keptObject(r job.Result, finished bool, stream string) job.Object {
+	if !finished || r.Kept == nil {
+		return job.Object{}
 	}
-	e := &NotKeptError{ID: id, What: stream, Finished: ok}
-	if ok && r.Kept != nil {
-		o := r.Kept.Stdout
-		if stream == "stderr" {
-			o = r.Kept.Stderr
-		}
-		e.Note, e.Expired = o.Note, o.Name != ""
+	if stream == "stderr" {
+		return r.Kept.Stderr
 	}
-	return e
+	return r.Kept.Stdout
 }
 
 // Artifacts returns the artifacts the tenant's job id left and the files
@@ -491,7 +497,10 @@ func (c *Client) Artifact(ctx context.Context, id, path string) (io.ReadCloser, 
 		return nil, fmt.Errorf("%w: %q is not among the %d artifacts of job %s%s", ErrNotArtifact, path, len(r.Artifacts), id, why)
 	}
 	want := r.Artifacts[i]
-	bucket, name := job.OutBucket(c.tenant), job.ArtifactObject(id, path)
+	bucket, name := job.OutBucket(c.tenant), want.Name
+	if !strings.HasPrefix(name, id+"/") {
+		name = job.ArtifactObject(id, 1, path) // a result naming no object of this job
+	}
 	lctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	if ok, err := c.objectInfo(lctx, bucket, name); err != nil {

@@ -303,6 +303,37 @@ func TestFollowWithoutLiveOutputEnds(t *testing.T) {
 	assert.Empty(t, errs.list())
 }
 
+// A rescued job's result names run 2's objects; a stale run 1 that
+// resumed and uploaded after the rescue wrote run 1's names. Output and
+// Artifact serve the objects the result names, never the stale run's.
+func TestOutputAndArtifactFollowTheResultsRun(t *testing.T) {
+	t.Parallel()
+	f := startIOFleet(t, results.StoreQuota{}, "ta")
+	c, _ := f.client("ta", "ta")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	out := job.OutBucket("ta")
+	f.put(out, job.StdoutObject("resc", 1), 1000) // the stale run's
+	f.put(out, job.ArtifactObject("resc", 1, "r.txt"), 100)
+	sum := f.put(out, job.StdoutObject("resc", 2), 2000)
+	asum := f.put(out, job.ArtifactObject("resc", 2, "r.txt"), 200)
+	f.finish("ta", job.Result{ID: "resc", Runs: 2,
+		Kept:      &job.Kept{Stdout: job.Object{Name: job.StdoutObject("resc", 2), Bytes: 2000, SHA256: sum}},
+		Artifacts: []job.Object{{Name: job.ArtifactObject("resc", 2, "r.txt"), Path: "r.txt", Bytes: 200, SHA256: asum}}})
+	for name, open := range map[string]func() (io.ReadCloser, error){
+		"output":   func() (io.ReadCloser, error) { return c.Output(ctx, "resc", "stdout") },
+		"artifact": func() (io.ReadCloser, error) { return c.Artifact(ctx, "resc", "r.txt") },
+	} {
+		rc, err := open()
+		require.NoError(t, err, name)
+		h := sha256.New()
+		_, err = io.Copy(h, rc)
+		require.NoError(t, err, name)
+		require.NoError(t, rc.Close())
+		assert.Contains(t, []string{sum, asum}, hex.EncodeToString(h.Sum(nil)), "%s: served the stale run's object", name)
+	}
+}
+
 // Output streams a 64 MiB kept object byte-exact; reading part of it and
 // closing is fine; a missing one says why.
 func TestOutputStreamsKeptOutput(t *testing.T) {
@@ -312,9 +343,9 @@ func TestOutputStreamsKeptOutput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
 	const size = 64 << 20
-	sum := f.put(job.OutBucket("ta"), job.StdoutObject("big"), size)
+	sum := f.put(job.OutBucket("ta"), job.StdoutObject("big", 1), size)
 	f.finish("ta", job.Result{ID: "big", Kept: &job.Kept{
-		Stdout: job.Object{Name: job.StdoutObject("big"), Bytes: size, SHA256: sum},
+		Stdout: job.Object{Name: job.StdoutObject("big", 1), Bytes: size, SHA256: sum},
 		Stderr: job.Object{Note: "the job printed nothing on stderr"}}})
 
 	rc, err := c.Output(context.Background(), "big", "stdout") // no deadline: none on the read
@@ -332,7 +363,7 @@ func TestOutputStreamsKeptOutput(t *testing.T) {
 	_, err = io.ReadFull(rc, head)
 	require.NoError(t, err)
 	require.NoError(t, rc.Close(), "closing a partly read output")
-	want, _ := io.ReadAll(io.LimitReader(randBytes(job.StdoutObject("big"), size), 1<<20))
+	want, _ := io.ReadAll(io.LimitReader(randBytes(job.StdoutObject("big", 1), size), 1<<20))
 	assert.True(t, bytes.Equal(want, head))
 
 	_, err = c.Output(ctx, "big", "stderr")
@@ -361,13 +392,13 @@ func TestArtifacts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	out := job.OutBucket("ta")
-	sum := f.put(out, job.ArtifactObject("art", "dist/app.tar"), 300_000)
-	f.put(out, job.ArtifactObject("art", "secret.txt"), 10) // in the bucket, not in the result
-	f.put(out, job.ArtifactObject("art", "lied.bin"), 100)
+	sum := f.put(out, job.ArtifactObject("art", 1, "dist/app.tar"), 300_000)
+	f.put(out, job.ArtifactObject("art", 1, "secret.txt"), 10) // in the bucket, not in the result
+	f.put(out, job.ArtifactObject("art", 1, "lied.bin"), 100)
 	objs := []job.Object{
-		{Name: job.ArtifactObject("art", "dist/app.tar"), Path: "dist/app.tar", Bytes: 300_000, SHA256: sum},
-		{Name: job.ArtifactObject("art", "lied.bin"), Path: "lied.bin", Bytes: 100, SHA256: sum},
-		{Name: job.ArtifactObject("art", "gone.txt"), Path: "gone.txt", Bytes: 1, SHA256: sum},
+		{Name: job.ArtifactObject("art", 1, "dist/app.tar"), Path: "dist/app.tar", Bytes: 300_000, SHA256: sum},
+		{Name: job.ArtifactObject("art", 1, "lied.bin"), Path: "lied.bin", Bytes: 100, SHA256: sum},
+		{Name: job.ArtifactObject("art", 1, "gone.txt"), Path: "gone.txt", Bytes: 1, SHA256: sum},
 	}
 	refused := []job.Refusal{{Path: "big.iso", Reason: "larger than the per-artifact cap"}}
 	f.finish("ta", job.Result{ID: "art", Artifacts: objs, Refused: refused})
@@ -382,7 +413,7 @@ func TestArtifacts(t *testing.T) {
 	data, err := io.ReadAll(rc)
 	require.NoError(t, err)
 	require.NoError(t, rc.Close())
-	want, _ := io.ReadAll(randBytes(job.ArtifactObject("art", "dist/app.tar"), 300_000))
+	want, _ := io.ReadAll(randBytes(job.ArtifactObject("art", 1, "dist/app.tar"), 300_000))
 	assert.True(t, bytes.Equal(want, data))
 
 	rc, err = c.Artifact(ctx, "art", "lied.bin")
@@ -470,10 +501,10 @@ func TestIOTenantCannotReachAnotherTenant(t *testing.T) {
 	defer cancel()
 	f.chunk("ta", "secret", client.Chunk{Stream: "stdout", Data: []byte("ta's secret"), Seq: 1, Run: 1})
 	f.chunk("ta", "secret", client.Chunk{End: true, Reason: job.ReasonOK})
-	sum := f.put(job.OutBucket("ta"), job.StdoutObject("secret"), 1000)
-	f.put(job.OutBucket("ta"), job.ArtifactObject("secret", "a.txt"), 1000)
-	f.finish("ta", job.Result{ID: "secret", Kept: &job.Kept{Stdout: job.Object{Name: job.StdoutObject("secret"), Bytes: 1000, SHA256: sum}},
-		Artifacts: []job.Object{{Name: job.ArtifactObject("secret", "a.txt"), Path: "a.txt", Bytes: 1000, SHA256: sum}}})
+	sum := f.put(job.OutBucket("ta"), job.StdoutObject("secret", 1), 1000)
+	f.put(job.OutBucket("ta"), job.ArtifactObject("secret", 1, "a.txt"), 1000)
+	f.finish("ta", job.Result{ID: "secret", Kept: &job.Kept{Stdout: job.Object{Name: job.StdoutObject("secret", 1), Bytes: 1000, SHA256: sum}},
+		Artifacts: []job.Object{{Name: job.ArtifactObject("secret", 1, "a.txt"), Path: "a.txt", Bytes: 1000, SHA256: sum}}})
 
 	intruder, _ := f.client("tb", "ta")
 	refused(t, "Follow", func() error { _, err := follow(ctx, intruder, "secret"); return err })
@@ -527,7 +558,7 @@ func rawCalls(t *testing.T, f *ioFleet, ctx context.Context) {
 			if err != nil {
 				return err
 			}
-			_, err = obs.PutBytes(short(), job.StdoutObject("forged"), []byte("forged"))
+			_, err = obs.PutBytes(short(), job.StdoutObject("forged", 1), []byte("forged"))
 			return err
 		},
 		"publish live output": func() error {

@@ -103,7 +103,7 @@ func TestDocNamesEveryReasonAndSubject(t *testing.T) {
 		SubjectResultPrefix + "<tenant>.<id>", SubjectCancelPrefix + "<tenant>/<id>", SubjectCancelRequestPrefix + "<tenant>",
 		InboxPrefixRoot + "<tenant>", HeaderMsgID, TaskType, EnvFencingToken,
 		SubjectOutputPrefix + "<tenant>.<id>", StreamOutputPrefix + "<tenant>", OutBucketPrefix + "<tenant>", InBucketPrefix + "<tenant>",
-		StdoutObject("<id>"), StderrObject("<id>"), ArtifactObject("<id>", "<path>")} {
+		StdoutObject("<id>", 1), StderrObject("<id>", 1), ArtifactObject("<id>", 1, "<path>")} {
 		assert.Contains(t, doc, "`"+v+"`")
 	}
 	for _, name := range jsonNames(reflect.TypeFor[Spec]()) {
@@ -164,7 +164,7 @@ func TestDocIOExamples(t *testing.T) {
 		obj  Object
 		name string
 		out  Output
-	}{{r.Kept.Stdout, StdoutObject(r.ID), r.Stdout}, {r.Kept.Stderr, StderrObject(r.ID), r.Stderr}} {
+	}{{r.Kept.Stdout, StdoutObject(r.ID, r.Runs), r.Stdout}, {r.Kept.Stderr, StderrObject(r.ID, r.Runs), r.Stderr}} {
 		assert.Equal(t, kept.name, kept.obj.Name)
 		assert.Equal(t, kept.out.Bytes, kept.obj.Bytes)
 		sum := sha256.Sum256([]byte(kept.out.Text))
@@ -172,7 +172,7 @@ func TestDocIOExamples(t *testing.T) {
 	}
 	require.NotEmpty(t, r.Artifacts)
 	for _, a := range r.Artifacts {
-		assert.Equal(t, ArtifactObject(r.ID, a.Path), a.Name)
+		assert.Equal(t, ArtifactObject(r.ID, r.Runs, a.Path), a.Name)
 		assert.Regexp(t, "^[0-9a-f]{64}$", a.SHA256)
 		matched := false
 		for _, p := range s.Artifacts {

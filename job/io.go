@@ -158,12 +158,27 @@ func OutBucket(tenant string) string { return OutBucketPrefix + orDefault(tenant
 // InBucket is the name of tenant's input bucket.
 func InBucket(tenant string) string { return InBucketPrefix + orDefault(tenant) }
 
-// Object names in OutBucket.
-func StdoutObject(id string) string { return id + "/stdout" }
-func StderrObject(id string) string { return id + "/stderr" }
+// Object names in OutBucket, per run of the job (Result.Runs): run 1 (and
+// 0, a job not run) writes <id>/stdout, <id>/stderr and
+// <id>/artifacts/<path>; run n > 1 writes under <id>/run<n>/. A stale run
+// (one a rescue replaced, which may still be uploading when it resumes)
+// so never writes the objects the recorded result names: readers follow
+// the result's Object.Name.
+func StdoutObject(id string, run int) string { return runDir(id, run) + "stdout" }
+func StderrObject(id string, run int) string { return runDir(id, run) + "stderr" }
 
-// ArtifactObject is the object name of the artifact at path of job id.
-func ArtifactObject(id, path string) string { return id + "/artifacts/" + path }
+// ArtifactObject is the object name of the artifact at path of run run of
+// job id.
+func ArtifactObject(id string, run int, path string) string {
+	return runDir(id, run) + "artifacts/" + path
+}
+
+func runDir(id string, run int) string {
+	if run <= 1 {
+		return id + "/"
+	}
+	return id + "/run" + strconv.Itoa(run) + "/"
+}
 
 // CheckPath reports whether p can name a file under the workspace: a
 // relative, clean path of valid UTF-8 of at most MaxPathBytes, elements of

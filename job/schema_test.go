@@ -455,10 +455,10 @@ func fullResult() Result {
 			KeepOutput: true},
 		FencingToken: 7, LockWaitMS: 12, Runs: 1,
 		Kept: &Kept{
-			Stdout: Object{Name: StdoutObject("build-42.test"), Bytes: 3 << 20, SHA256: strings.Repeat("a", 64)},
+			Stdout: Object{Name: StdoutObject("build-42.test", 1), Bytes: 3 << 20, SHA256: strings.Repeat("a", 64)},
 			Stderr: Object{Bytes: 5, Note: "not kept: the tenant's output bucket is full"},
 		},
-		Artifacts: []Object{{Name: ArtifactObject("build-42.test", "out/r.xml"), Path: "out/r.xml", Bytes: 10, SHA256: strings.Repeat("b", 64),
+		Artifacts: []Object{{Name: ArtifactObject("build-42.test", 1, "out/r.xml"), Path: "out/r.xml", Bytes: 10, SHA256: strings.Repeat("b", 64),
 			Truncated: true, Note: "cut at the per-file cap"}},
 		Refused: []Refusal{{Path: "out/link.xml", Reason: "a symlink"}},
 	}

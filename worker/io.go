@@ -93,11 +93,12 @@ type runIO struct {
 	rate   int64
 	kill   int64 // output kill limit of a kept command
 	kept   *job.Kept
+	run    int // the run's number (Result.Runs): it names the kept objects
 }
 
 // newRunIO starts r's live output (when the worker has agent I/O).
 func (w *Worker) newRunIO(r *jobRun) *runIO {
-	rio := &runIO{x: w.cfg.IO, tenant: r.spec.Tenant, id: r.res.ID, stdin: []byte(r.spec.Stdin),
+	rio := &runIO{x: w.cfg.IO, tenant: r.spec.Tenant, id: r.res.ID, run: r.res.Runs, stdin: []byte(r.spec.Stdin),
 		keep: r.eff.KeepOutput, rate: w.cfg.OutputRate, kill: w.cfg.KeptOutputKill}
 	if w.cfg.IO != nil && !w.cfg.NoLiveOutput {
 		rio.live = w.cfg.IO.Live(rio.tenant, rio.id, r.res.Runs)
@@ -116,8 +117,8 @@ func (rio *runIO) command(ctx context.Context, c *sandbox.Command, hc healer.Com
 	}
 	var keepers [2]KeptOutput
 	if rio.keep && rio.x != nil && !hc.Install {
-		keepers[0] = rio.x.Keep(ctx, rio.tenant, job.StdoutObject(rio.id))
-		keepers[1] = rio.x.Keep(ctx, rio.tenant, job.StderrObject(rio.id))
+		keepers[0] = rio.x.Keep(ctx, rio.tenant, job.StdoutObject(rio.id, rio.run))
+		keepers[1] = rio.x.Keep(ctx, rio.tenant, job.StderrObject(rio.id, rio.run))
 		c.OutputKill = rio.kill
 	}
 	if rio.live == nil && keepers[0] == nil {
@@ -251,9 +252,9 @@ func (w *Worker) collectArtifacts(ctx context.Context, r *jobRun, sess *sandbox.
 			_, _ = io.Copy(io.Discard, rd)
 			return fmt.Errorf("not a valid artifact path: %v", err)
 		}
-		obj, err := w.cfg.IO.Put(ctx, tenant, job.ArtifactObject(id, f.Path), rd)
+		obj, err := w.cfg.IO.Put(ctx, tenant, job.ArtifactObject(id, r.res.Runs, f.Path), rd)
 		if err != nil {
-			_ = w.cfg.IO.Delete(ctx, tenant, job.ArtifactObject(id, f.Path))
+			_ = w.cfg.IO.Delete(ctx, tenant, job.ArtifactObject(id, r.res.Runs, f.Path))
 			if errors.Is(err, sandbox.ErrChanged) {
 				return err
 			}

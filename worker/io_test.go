@@ -128,7 +128,7 @@ func TestKeepOutputExact(t *testing.T) {
 	sum := sha256.Sum256(want)
 	assert.Equal(t, hex.EncodeToString(sum[:]), res.Kept.Stdout.SHA256)
 	assert.Equal(t, int64(n), res.Kept.Stdout.Bytes)
-	assert.Equal(t, job.StdoutObject(res.ID), res.Kept.Stdout.Name)
+	assert.Equal(t, job.StdoutObject(res.ID, res.Runs), res.Kept.Stdout.Name)
 	assert.True(t, res.Stdout.Truncated, "the result keeps only head and tail")
 
 	obs, err := s.js.ObjectStore(context.Background(), job.OutBucket(job.DefaultTenant))
@@ -205,7 +205,7 @@ ln -s /etc out/etc && echo '<h1>report</h1>' > report.html && exit 1`,
 	assert.Equal(t, bytes.Repeat([]byte("x"), 300000), b)
 	sum := sha256.Sum256(b)
 	assert.Equal(t, hex.EncodeToString(sum[:]), got["out/deep/big.json"].SHA256)
-	assert.Equal(t, job.ArtifactObject(res.ID, "out/r.json"), got["out/r.json"].Name)
+	assert.Equal(t, job.ArtifactObject(res.ID, res.Runs, "out/r.json"), got["out/r.json"].Name)
 
 	t.Logf("refused: %+v", res.Refused)
 	refused := map[string]string{}

@@ -356,8 +356,8 @@ func verifyKept(t *testing.T, f *fleet, row *rssScenario, ids []string, size int
 	require.NoError(t, err)
 	defer func() {
 		for _, id := range ids {
-			_ = bucket.Delete(ctx, job.StdoutObject(id))
-			_ = bucket.Delete(ctx, job.StderrObject(id))
+			_ = bucket.Delete(ctx, job.StdoutObject(id, 1))
+			_ = bucket.Delete(ctx, job.StderrObject(id, 1))
 		}
 	}()
 	good := ""
@@ -370,7 +370,7 @@ func verifyKept(t *testing.T, f *fleet, row *rssScenario, ids []string, size int
 			continue
 		}
 		o := r.Kept.Stdout
-		ok := assert.Equal(t, job.StdoutObject(id), o.Name, "job %s: %s", id, o.Note)
+		ok := assert.Equal(t, job.StdoutObject(id, 1), o.Name, "job %s: %s", id, o.Note)
 		ok = assert.Equal(t, size, o.Bytes, "job %s kept", id) && ok
 		ok = assert.Equal(t, want, o.SHA256, "job %s kept sha256", id) && ok
 		ok = assert.False(t, o.Truncated, "job %s: %s", id, o.Note) && ok

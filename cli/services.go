@@ -239,6 +239,8 @@ type workerFlags struct {
 	concurrency     int
 	intakes         int
 	poolSize        int
+	poolMax         int
+	poolStarts      int
 	initPath        string
 	runtime         string
 	shutdownTimeout time.Duration
@@ -276,6 +278,8 @@ func (w *workerFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&w.concurrency, "concurrency", 4, "jobs run at once by this worker")
 	fs.IntVar(&w.intakes, "intakes", 1, "queue readers sharing --concurrency: one takes a task per Redis round trip, so a worker of many short jobs needs more (each adds one reader's idle Redis polls)")
 	fs.IntVar(&w.poolSize, "pool-size", 2, "warm containers kept per profile in use (-1 disables the pool)")
+	fs.IntVar(&w.poolMax, "pool-max", 8, "warm and starting containers across all profiles; a busy profile's pool grows above --pool-size up to its share of this")
+	fs.IntVar(&w.poolStarts, "pool-starts", 0, "warm containers started at once (0: --pool-size)")
 	fs.StringVar(&w.initPath, "init-path", "", "host path of paddock-init (default: next to this binary, else /usr/local/lib/paddock/paddock-init)")
 	fs.StringVar(&w.runtime, "runtime", "", "OCI runtime for sandboxes (runc by default; runsc for gVisor)")
 	fs.DurationVar(&w.shutdownTimeout, "shutdown-timeout", 30*time.Second, "drain grace on SIGTERM before running jobs are killed and re-queued")
@@ -325,7 +329,7 @@ func newWorker(ctx context.Context, rdb *redis.Client, js jetstream.JetStream, d
 		HeartbeatTTL: wf.heartbeatTTL, RescueInterval: wf.rescueInterval,
 		IOConfig: results.IOConfig{LiveRate: wf.liveRateKB << 10, MaxKeptBytes: wf.maxKeptMB << 20},
 		Sandbox: sandbox.Config{InitPath: wf.initPath, Runtime: wf.runtime,
-			PoolSize: wf.poolSize, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
+			PoolSize: wf.poolSize, PoolMax: wf.poolMax, PoolStarts: wf.poolStarts, OutputKillBytes: wf.outputKillMB << 20, ExtraMounts: wf.heal.packageMounts(),
 			RunDir: wf.runDir, Watchdog: wf.watchdog,
 			CPUShares: wf.boxCPUShares, CPUSet: wf.boxCPUSet, DemoteAfter: wf.demoteAfter, DemotedCPUShares: wf.demotedShares},
 	}

@@ -35,8 +35,16 @@ type Config struct {
 	// PoolSize is the number of warm containers kept per profile in use
 	// (0 = 2; negative disables pooling).
 	PoolSize int
-	// PoolMax caps warm containers across all profiles (default 8).
+	// PoolMax caps warm and starting containers across all profiles
+	// (default 8). A profile's target grows above PoolSize with its demand
+	// and shrinks back when demand falls (the rule is in pool.go).
 	PoolMax int
+	// PoolStarts bounds how many warm containers the refiller starts at
+	// once (default PoolSize, at most PoolMax).
+	PoolStarts int
+	// PoolWindow is how far back a profile's takes count towards its
+	// demand (default 30 s).
+	PoolWindow time.Duration
 	// PoolIdleTTL retires warm containers and profiles unused this long (default 5 min).
 	PoolIdleTTL time.Duration
 	// StartTimeout bounds a container's create+start+hello (default 60 s).
@@ -98,6 +106,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.defaultLimits()
 	c.defaultPool()
 	c.defaultTimings()
+	if err := c.checkPool(); err != nil {
+		return c, err
+	}
 	if err := c.checkControl(); err != nil {
 		return c, err
 	}
@@ -152,8 +163,18 @@ func (c *Config) defaultLimits() {
 func (c *Config) defaultPool() {
 	c.PoolSize = cmp.Or(c.PoolSize, 2)
 	c.PoolMax = cmp.Or(c.PoolMax, 8)
+	c.PoolStarts = min(cmp.Or(c.PoolStarts, max(c.PoolSize, 1)), c.PoolMax)
+	c.PoolWindow = cmp.Or(c.PoolWindow, 30*time.Second)
 	c.PoolIdleTTL = cmp.Or(c.PoolIdleTTL, 5*time.Minute)
 	c.RemoveWorkers = cmp.Or(c.RemoveWorkers, 2)
+}
+
+// checkPool validates the warm pool's bounds.
+func (c *Config) checkPool() error {
+	if c.PoolMax < 0 || c.PoolStarts < 0 || c.PoolWindow < 0 {
+		return fmt.Errorf("%w: pool max %d, pool starts %d and pool window %s must not be negative", ErrConfig, c.PoolMax, c.PoolStarts, c.PoolWindow)
+	}
+	return nil
 }
 
 // defaultTimings fills in the start timeout, the reaper's period and grace,

@@ -342,9 +342,10 @@ func (f *fleet) containerStates(owner string) []container.Summary {
 	return list.Items
 }
 
-// waitWarm waits until each worker's warm pool is full and nothing else
-// of it is left: exactly pool containers, all running (the boxes of the
-// jobs that ended are removed). Measurements start from there.
+// waitWarm waits until each worker's warm pool is full: at least pool
+// containers, all running (the boxes of the jobs that ended are removed;
+// a profile other than the jobs' default, or a pool grown by demand,
+// keeps more). Measurements start from there.
 func (f *fleet) waitWarm(pool int, owners ...string) {
 	f.t.Helper()
 	for _, owner := range owners {
@@ -355,7 +356,7 @@ func (f *fleet) waitWarm(pool int, owners ...string) {
 					return false
 				}
 			}
-			return len(list) == pool
+			return len(list) >= pool
 		})
 	}
 }

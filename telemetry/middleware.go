@@ -108,9 +108,11 @@ func AsynqMiddleware(opts ...Option) asynq.MiddlewareFunc {
 					span.SetStatus(codes.Error, err.Error())
 					metricAttrs = append(metricAttrs, duration.AttrErrorType(messagingconv.ErrorTypeAttr(et)))
 				}
-				span.End()
+				// The duration first: whoever sees the span ended (a test's
+				// exporter) finds the task's duration recorded too.
 				duration.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), "process",
 					messagingconv.SystemAttr(MessagingSystemAsynq), metricAttrs...)
+				span.End()
 			}
 			defer func() {
 				if r := recover(); r != nil {

@@ -219,6 +219,12 @@ func (s *session) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	out.Header = outgoingHeaders(r.Header, g, injected)
 	resp, err := s.b.client.Do(out)
+	if err == nil && callCtx.Err() != nil {
+		// net/http can hand back a response that raced the deadline (the
+		// upstream answered as the connection closed): it came too late.
+		resp.Body.Close()
+		resp, err = nil, callCtx.Err()
+	}
 	if err != nil {
 		return s.upstreamFailure(ctx, callCtx, g, err, red)
 	}

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,43 +46,105 @@ func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
 	return StartNATSClusterWith(tb, n, NATSClusterConfig{})
 }
 
-// StartNATSClusterWith is StartNATSCluster with cfg.
+// StartNATSClusterWith is StartNATSCluster with cfg. A server that cannot
+// listen (another process took a route port between its pick and the bind)
+// gets the whole cluster started again on fresh ports, at most three times.
 func StartNATSClusterWith(tb testing.TB, n int, cfg NATSClusterConfig) *NATSCluster {
 	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(tb, n, cfg)
+		if err == nil {
+			tb.Cleanup(func() {
+				for i := range c.Servers {
+					c.Shutdown(i)
+				}
+			})
+			c.waitMeta()
+			return c
+		}
+		if attempt == 3 {
+			tb.Fatalf("NATS cluster: %v", err)
+		}
+		tb.Logf("NATS cluster: %v: starting it again on fresh ports", err)
+	}
+}
+
+// startCluster starts n servers at once, each on a random client port
+// (kept for Restart) and a picked route port (every server's routes must
+// name them before any starts), and stops them all when one is not ready.
+func startCluster(tb testing.TB, n int, cfg NATSClusterConfig) (*NATSCluster, error) {
 	c := &NATSCluster{Name: Unique("c"), Servers: make([]*server.Server, n), tb: tb}
 	ports := make([]int, n)
+	var routes []*url.URL
 	for i := range ports {
 		ports[i] = freePort(tb)
-	}
-	var routes []*url.URL
-	for _, p := range ports {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
 	for i := range n {
 		o := &server.Options{}
 		if cfg.Accounts {
 			o = accountOptions(tb)
 		}
-		o.ServerName, o.Host, o.Port = fmt.Sprintf("%s-%d", c.Name, i+1), "127.0.0.1", freePort(tb)
+		o.ServerName, o.Host, o.Port = fmt.Sprintf("%s-%d", c.Name, i+1), "127.0.0.1", server.RANDOM_PORT
 		o.JetStream, o.StoreDir, o.NoLog, o.NoSigs = true, tb.TempDir(), true, true
 		o.Cluster = server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: ports[i]}
 		o.Routes = routes
 		c.opts = append(c.opts, o)
 	}
+	errs := make([]*errorLog, n)
+	for i := range n {
+		s, err := server.NewServer(c.opts[i])
+		if err != nil {
+			tb.Fatalf("nats server %d: %v", i, err)
+		}
+		errs[i] = &errorLog{}
+		s.SetLogger(errs[i], false, false)
+		c.Servers[i] = s
+		go s.Start()
+	}
+	for i, s := range c.Servers {
+		if !s.ReadyForConnections(30 * time.Second) {
+			for j := range c.Servers {
+				c.Shutdown(j)
+			}
+			return nil, fmt.Errorf("server %s not ready in 30 s: %s", c.opts[i].ServerName, errs[i])
+		}
+		c.opts[i].Port = s.Addr().(*net.TCPAddr).Port
+	}
 	if cfg.Accounts {
 		c.AppURL, c.SysURL = c.urlWith("app:app@"), c.urlWith("sys:sys@")
 	}
-	for i := range n {
-		c.start(i)
-	}
-	tb.Cleanup(func() {
-		for i := range c.Servers {
-			c.Shutdown(i)
-		}
-	})
-	c.waitMeta()
-	return c
+	return c, nil
 }
+
+// errorLog keeps a server's errors (its other lines are dropped), for the
+// message of a server that did not start.
+type errorLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errorLog) add(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, fmt.Sprintf(format, v...))
+}
+
+func (l *errorLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.msgs) == 0 {
+		return "it logged no error"
+	}
+	return strings.Join(l.msgs, "; ")
+}
+
+func (l *errorLog) Fatalf(format string, v ...any) { l.add(format, v...) }
+func (l *errorLog) Errorf(format string, v ...any) { l.add(format, v...) }
+func (*errorLog) Noticef(string, ...any)           {}
+func (*errorLog) Warnf(string, ...any)             {}
+func (*errorLog) Debugf(string, ...any)            {}
+func (*errorLog) Tracef(string, ...any)            {}
 
 // accountOptions are the options of NATSClusterConfig.Accounts, read from
 // a config file (accounts with JetStream limits have no other public way
@@ -110,9 +174,11 @@ func (c *NATSCluster) start(i int) {
 	if err != nil {
 		c.tb.Fatalf("nats server %d: %v", i, err)
 	}
+	errs := &errorLog{}
+	s.SetLogger(errs, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		c.tb.Fatalf("nats server %s not ready", c.opts[i].ServerName)
+	if !s.ReadyForConnections(30 * time.Second) {
+		c.tb.Fatalf("nats server %s not ready in 30 s: %s", c.opts[i].ServerName, errs)
 	}
 	c.Servers[i] = s
 }
